@@ -1,0 +1,33 @@
+# neurontools — `make demo` and `make test` work on a fresh machine: they create .venv,
+# install CPU PyTorch 2.13.0 first (never the CUDA build), then this package.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+# Where the CPU build of torch comes from. Empty = pip's configured sources (this machine has
+# the CPU wheel locally). Elsewhere: make TORCH_INDEX=https://download.pytorch.org/whl/cpu test
+TORCH_INDEX ?=
+TORCH_PIN := torch==2.13.0
+
+.PHONY: setup demo test lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH_PIN)
+	$(BIN)/python -m pip install -q -e '.[emulator,dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
+
+lint: $(STAMP)
+	$(BIN)/ruff check neurontools emulator tests benchmarks scripts examples
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest -q -rs
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

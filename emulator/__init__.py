@@ -1,0 +1,1 @@
+"""Emulated Trn1 instance: hardware catalog, daemon, runtime client, cost model and workloads."""

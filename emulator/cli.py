@@ -1,0 +1,269 @@
+"""``neuron-emulator``: start, stop and inspect the emulated Trn1 instance daemon."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from typing import NoReturn
+
+from neurontools.sources.address import AddressError, DaemonAddress, parse_address, resolve_address
+from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
+
+PROG = "neuron-emulator"
+DETACH_TIMEOUT_S = 30.0
+DOWN_TIMEOUT_S = 10.0
+IDENTITY_FLAGS = (
+    "--instance-id",
+    "--instance-name",
+    "--region",
+    "--availability-zone",
+    "--availability-zone-id",
+    "--ami-id",
+    "--subnet-id",
+)
+
+
+class CliError(Exception):
+    """One line for stderr, then exit 1."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one clear line, not a usage dump
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    from emulator.hardware.instance_types import INSTANCE_TYPES
+
+    parser = _Parser(
+        prog=PROG,
+        description="Emulated AWS Trn1 instance: a daemon that real training processes attach to, "
+        "and that neuron-ls, neuron-top and neuron-monitor read.",
+        epilog="The daemon address is NEURON_EMULATOR_ADDR (a socket path or http://127.0.0.1:PORT), "
+        "default $XDG_RUNTIME_DIR/neuron-emulator.sock or /tmp/neuron-emulator-<uid>.sock.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    up = sub.add_parser("up", help="start the emulated instance daemon")
+    up.add_argument(
+        "--instance-type",
+        "-i",
+        default="trn1.2xlarge",
+        choices=list(INSTANCE_TYPES),
+        metavar="TYPE",
+        help=f"one of {', '.join(INSTANCE_TYPES)} (default trn1.2xlarge)",
+    )
+    up.add_argument(
+        "--detach", "-d", action="store_true", help="run in the background; return once it answers"
+    )
+    where = up.add_mutually_exclusive_group()
+    where.add_argument("--socket", metavar="PATH", help="listen on this Unix socket")
+    where.add_argument("--port", type=int, metavar="N", help="listen on 127.0.0.1:N instead of a socket")
+    up.add_argument("--log-file", metavar="PATH", help="with --detach: daemon log (default <socket>.log)")
+    ident = up.add_argument_group("instance identity (defaults are stable per host, type and address)")
+    ident.add_argument("--instance-id", metavar="ID", help="e.g. i-0123456789abcdef0")
+    ident.add_argument("--instance-name", metavar="NAME", default="", help="Name tag (default empty)")
+    ident.add_argument("--region", metavar="REGION", help="default us-west-2")
+    ident.add_argument("--availability-zone", metavar="AZ", help="default us-west-2d")
+    ident.add_argument("--availability-zone-id", metavar="AZID", help="default usw2-az4")
+    ident.add_argument("--ami-id", metavar="AMI", help="e.g. ami-0123456789abcdef0")
+    ident.add_argument("--subnet-id", metavar="SUBNET", help="e.g. subnet-0123456789abcdef0")
+
+    for name, text in (
+        ("down", "stop the daemon"),
+        ("status", "show whether a daemon runs and what it holds"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--socket", metavar="PATH", help="daemon socket (default: NEURON_EMULATOR_ADDR)")
+        p.add_argument("--port", type=int, metavar="N", help="daemon on 127.0.0.1:N")
+        if name == "status":
+            p.add_argument("--json", action="store_true", help="print the daemon's status object as JSON")
+    return parser
+
+
+def _address(args: argparse.Namespace) -> DaemonAddress:
+    if getattr(args, "port", None) is not None:
+        if not 1 <= args.port <= 65535:
+            raise CliError(f"--port {args.port}: expected 1-65535")
+        return parse_address(f"http://127.0.0.1:{args.port}")
+    if getattr(args, "socket", None):
+        return parse_address(args.socket)
+    return resolve_address()
+
+
+# ------------------------------------------------------------------------------------------------
+def _cmd_up(args: argparse.Namespace) -> int:
+    address = _address(args)
+    if args.detach:
+        return _up_detached(args, address)
+
+    from emulator.daemon.registry import Registry
+    from emulator.daemon.server import StartError, serve
+    from emulator.hardware.identity import make_identity
+    from emulator.hardware.inventory import build_inventory
+
+    try:
+        identity = make_identity(
+            args.instance_type,
+            seed=f"{socket.gethostname()}|{args.instance_type}|{address}",
+            instance_id=args.instance_id,
+            instance_name=args.instance_name,
+            region=args.region,
+            availability_zone=args.availability_zone,
+            availability_zone_id=args.availability_zone_id,
+            ami_id=args.ami_id,
+            subnet_id=args.subnet_id,
+        )
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    registry = Registry(build_inventory(args.instance_type, identity))
+    try:
+        serve(address, registry)
+    except StartError as exc:
+        raise CliError(str(exc)) from None
+    return 0
+
+
+def _up_detached(args: argparse.Namespace, address: DaemonAddress) -> int:
+    from emulator.daemon.server import probe
+
+    status = probe(address)
+    if status:
+        raise CliError(
+            f"a neuron-emulator daemon is already running at {address} (pid {status.get('daemon_pid')}, "
+            f"{status.get('instance_type')}); stop it with '{PROG} down'"
+        )
+    # The child runs in the foreground at the address this process resolved, with the same identity.
+    argv = ["up", "--instance-type", args.instance_type]
+    argv += ["--socket", address.socket_path] if address.socket_path else ["--port", str(address.port)]
+    for flag in IDENTITY_FLAGS:
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value:
+            argv += [flag, value]
+    log_path = args.log_file or (
+        address.socket_path + ".log"
+        if address.socket_path
+        else f"/tmp/neuron-emulator-{os.getuid()}-{address.port}.log"
+    )
+    try:
+        log = open(log_path, "ab")  # noqa: SIM115 - handed to the child
+    except OSError as exc:
+        raise CliError(f"cannot open log file {log_path}: {exc.strerror}") from None
+    with log:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "emulator.cli", *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+        )
+    deadline = time.monotonic() + DETACH_TIMEOUT_S
+    while time.monotonic() < deadline:
+        status = probe(address, timeout=1.0)
+        if status and status.get("daemon_pid") == child.pid:
+            print(
+                f"{PROG}: {status.get('instance_type')} {status.get('instance_id')} up at {address} "
+                f"(pid {child.pid}, log {log_path})"
+            )
+            return 0
+        if child.poll() is not None:
+            raise CliError(_last_line(log_path) or f"daemon exited with status {child.returncode}")
+        time.sleep(0.05)
+    child.terminate()
+    raise CliError(f"daemon did not answer at {address} within {DETACH_TIMEOUT_S:g} s (log: {log_path})")
+
+
+def _last_line(path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            lines = [ln.strip() for ln in fh.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    last = lines[-1] if lines else ""
+    return last.removeprefix(f"{PROG}: error: ")
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    address = _address(args)
+    client = DaemonClient(address, timeout=3.0)
+    try:
+        status = client.get("/status")
+    except DaemonUnavailable as exc:
+        raise CliError(f"no daemon running at {address} ({exc.reason})") from None
+    pid = int(status["daemon_pid"])
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        raise CliError(f"not allowed to stop daemon pid {pid}") from None
+    deadline = time.monotonic() + DOWN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if not _pid_alive(pid):
+            print(f"{PROG}: stopped daemon pid {pid} at {address}")
+            return 0
+        time.sleep(0.05)
+    raise CliError(f"daemon pid {pid} did not stop within {DOWN_TIMEOUT_S:g} s")
+
+
+def _pid_alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    address = _address(args)
+    client = DaemonClient(address, timeout=3.0)
+    try:
+        status = client.get("/status")
+        processes = client.get("/processes")
+    except DaemonUnavailable as exc:
+        print(f"{PROG}: no daemon running at {address} ({exc.reason})")
+        return 1
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return 0
+    print(f"daemon:        running, pid {status['daemon_pid']}, up {status['uptime_seconds']:.0f} s")
+    print(f"address:       {status['address']}")
+    print(f"instance:      {status['instance_type']} {status['instance_id']}")
+    print(f"neuroncores:   {status['neuroncores_in_use']} of {status['neuroncores_total']} in use")
+    print(f"processes:     {len(processes)}")
+    for proc in processes:
+        cores = proc["neuroncores"]
+        where = f"nc{cores[0]}-nc{cores[-1]}" if cores else proc["kind"]
+        print(f"  {proc['pid']:>7}  {where:<10} {proc['tag'][:20]:<20} {proc['command'][:60]}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    handlers = {"up": _cmd_up, "down": _cmd_down, "status": _cmd_status}
+    try:
+        return handlers[args.command](args)
+    except (CliError, AddressError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    except DaemonError as exc:
+        print(f"{PROG}: error: daemon refused: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

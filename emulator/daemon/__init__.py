@@ -1,0 +1,1 @@
+"""The emulator daemon: device truth (inventory, core ownership, processes) served over HTTP."""

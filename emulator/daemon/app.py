@@ -1,0 +1,143 @@
+"""The daemon's HTTP API, versioned under ``/v1`` (FastAPI; OpenAPI at ``/openapi.json``).
+
+Errors are JSON objects ``{"error": "...", ...}`` with a 4xx status, never HTML or a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from emulator.daemon.api_models import (
+    AttachBody,
+    ErrorBody,
+    InventoryModel,
+    ProcessModel,
+    StatusModel,
+)
+from emulator.daemon.registry import AttachRequest, ClaimError, Registry
+from neurontools import __version__
+
+REAP_INTERVAL_S = 0.2  # a dead process releases its cores well within the one second DESIGN.md allows
+
+
+@dataclass
+class DaemonInfo:
+    address: str
+    started_at: float = field(default_factory=time.time)
+    pid: int = field(default_factory=os.getpid)
+
+
+def _error(status: int, message: str, **extra: object) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": message, **extra})
+
+
+def create_app(registry: Registry, info: DaemonInfo, *, reap_interval: float = REAP_INTERVAL_S) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async def reaper() -> None:
+            while True:
+                await asyncio.sleep(reap_interval)
+                registry.reap()
+
+        task = asyncio.create_task(reaper())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    app = FastAPI(
+        title="neuron-emulator daemon",
+        version=__version__,
+        description="Emulated Trn1 instance: inventory, NeuronCore ownership and attached processes.",
+        lifespan=lifespan,
+    )
+    errors = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody}}
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = "not found" if exc.status_code == 404 else str(exc.detail)
+        return _error(exc.status_code, message)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        return _error(422, f"invalid request: {where or 'body'}: {first.get('msg', 'invalid')}")
+
+    @app.exception_handler(ClaimError)
+    async def claim_error(_: Request, exc: ClaimError) -> JSONResponse:
+        return _error(exc.http_status, exc.message, nrt_status=exc.nrt_status, **exc.extra)
+
+    @app.get("/v1/status", response_model=StatusModel, tags=["daemon"])
+    async def status() -> StatusModel:
+        inv = registry.snapshot()
+        now = time.time()
+        return StatusModel(
+            daemon_pid=info.pid,
+            version=__version__,
+            address=info.address,
+            instance_type=inv.instance.instance_type,
+            instance_id=inv.instance.instance_id,
+            started_at=info.started_at,
+            uptime_seconds=round(now - info.started_at, 3),
+            processes=len(inv.processes),
+            neuroncores_total=registry.core_count,
+            neuroncores_in_use=len(registry.owners()),
+        )
+
+    @app.get("/v1/inventory", response_model=InventoryModel, tags=["inventory"])
+    async def inventory() -> dict[str, object]:
+        """Instance identity, hardware summary, devices and the processes holding them."""
+        return registry.snapshot().to_dict()
+
+    @app.get("/v1/processes", response_model=list[ProcessModel], tags=["processes"])
+    async def processes() -> list[dict[str, object]]:
+        return [p.to_dict() for p in registry.processes()]
+
+    @app.get("/v1/processes/{pid}", response_model=ProcessModel, responses=errors, tags=["processes"])
+    async def process(pid: int) -> dict[str, object] | JSONResponse:
+        proc = registry.get(pid)
+        if proc is None:
+            return _error(404, f"process {pid} is not attached")
+        return proc.to_dict()
+
+    @app.post(
+        "/v1/processes", response_model=ProcessModel, status_code=201, responses=errors, tags=["processes"]
+    )
+    async def attach(body: AttachBody) -> dict[str, object]:
+        """Register a process; a runtime process claims NeuronCores, a tool only opens the devices."""
+        proc = registry.attach(
+            AttachRequest(
+                pid=body.pid,
+                command=body.command,
+                tag=body.tag,
+                runtime_version=body.runtime_version,
+                kind=body.kind,
+                visible_cores=None if body.visible_cores is None else tuple(body.visible_cores),
+                num_cores=body.num_cores,
+                origin=body.origin,
+            )
+        )
+        return proc.to_dict()
+
+    @app.delete("/v1/processes/{pid}", response_model=ProcessModel, responses=errors, tags=["processes"])
+    async def detach(pid: int) -> dict[str, object] | JSONResponse:
+        """Release a process's NeuronCores (what the runtime does at exit)."""
+        proc = registry.detach(pid)
+        if proc is None:
+            return _error(404, f"process {pid} is not attached")
+        return proc.to_dict()
+
+    return app

@@ -1,0 +1,151 @@
+"""Run the daemon: own the listening socket's whole life, serve the app under uvicorn.
+
+One daemon per address. A Unix socket is guarded by an ``flock`` on ``<socket>.lock`` (two
+``up`` at once cannot both win); a socket file left by a crashed daemon (nothing answers on it)
+is detected and replaced; SIGTERM and SIGINT stop the server cleanly and remove the socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import socket
+import stat
+import sys
+from collections.abc import Iterator
+
+import uvicorn
+
+from emulator.daemon.app import DaemonInfo, create_app
+from emulator.daemon.registry import Registry
+from neurontools.sources.address import DaemonAddress
+from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
+
+
+class StartError(RuntimeError):
+    """The daemon cannot start at this address; the message says why in one line."""
+
+
+def probe(address: DaemonAddress, timeout: float = 2.0) -> dict[str, object] | None:
+    """The status of a daemon answering at ``address``, or None if nothing answers."""
+    try:
+        status = DaemonClient(address, timeout=timeout).get("/status")
+    except (DaemonUnavailable, DaemonError):
+        return None
+    return status if isinstance(status, dict) else None
+
+
+def _already_running(address: DaemonAddress, status: dict[str, object]) -> StartError:
+    return StartError(
+        f"a neuron-emulator daemon is already running at {address} "
+        f"(pid {status.get('daemon_pid')}, {status.get('instance_type')}); stop it with 'neuron-emulator down'"
+    )
+
+
+@contextlib.contextmanager
+def _unix_listener(path: str) -> Iterator[socket.socket]:
+    parent = os.path.dirname(path) or "."
+    if not os.path.isdir(parent):
+        raise StartError(f"cannot create socket {path}: directory {parent} does not exist")
+    lock_path = path + ".lock"
+    try:
+        lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise StartError(f"cannot create lock file {lock_path}: {exc.strerror}") from None
+    try:
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            status = probe(DaemonAddress(socket_path=path))
+            if status:
+                raise _already_running(DaemonAddress(socket_path=path), status) from None
+            raise StartError(f"another neuron-emulator daemon is starting at {path}") from None
+
+        if os.path.lexists(path):
+            mode = os.lstat(path).st_mode
+            if not stat.S_ISSOCK(mode):
+                raise StartError(f"{path} exists and is not a socket; remove it or choose another --socket")
+            status = probe(DaemonAddress(socket_path=path))
+            if status:
+                raise _already_running(DaemonAddress(socket_path=path), status)
+            os.unlink(path)  # stale socket from a daemon that died without cleaning up
+            print(f"neuron-emulator: replaced stale socket {path}", file=sys.stderr)
+
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(path)
+        except OSError as exc:
+            sock.close()
+            raise StartError(f"cannot listen on {path}: {exc.strerror}") from None
+        inode = os.stat(path).st_ino
+        try:
+            yield sock
+        finally:
+            sock.close()
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(path).st_ino == inode:  # only remove the socket we created
+                    os.unlink(path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock_path)
+        os.close(lock_fd)
+
+
+@contextlib.contextmanager
+def _tcp_listener(host: str, port: int) -> Iterator[socket.socket]:
+    status = probe(DaemonAddress(host=host, port=port), timeout=1.0)
+    if status:
+        raise _already_running(DaemonAddress(host=host, port=port), status)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise StartError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    try:
+        yield sock
+    finally:
+        sock.close()
+
+
+def listener(address: DaemonAddress) -> contextlib.AbstractContextManager[socket.socket]:
+    if address.socket_path is not None:
+        return _unix_listener(address.socket_path)
+    assert address.host is not None and address.port is not None
+    return _tcp_listener(address.host, address.port)
+
+
+def serve(address: DaemonAddress, registry: Registry, *, log_level: str = "warning") -> None:
+    """Serve until SIGTERM/SIGINT. Raises :class:`StartError` if the address is taken."""
+    with listener(address) as sock:
+        app = create_app(registry, DaemonInfo(address=str(address)))
+        config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on")
+        server = uvicorn.Server(config)
+        inv = registry.snapshot()
+        print(
+            f"neuron-emulator: {inv.instance.instance_type} {inv.instance.instance_id} "
+            f"serving on {address} (pid {os.getpid()})",
+            file=sys.stderr,
+            flush=True,
+        )
+        # uvicorn stops on SIGTERM/SIGINT, then re-raises the signal under the handler that was
+        # installed before it ran: make that handler unwind normally so the socket is removed.
+        previous = signal.signal(signal.SIGTERM, _exit_quietly)
+        try:
+            server.run(sockets=[sock])
+        except (KeyboardInterrupt, _Stop):
+            pass
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        print(f"neuron-emulator: stopped, {address} removed", file=sys.stderr, flush=True)
+
+
+class _Stop(Exception):
+    pass
+
+
+def _exit_quietly(signum: int, frame: object) -> None:
+    raise _Stop

@@ -1,0 +1,47 @@
+"""Build the ``neurontools.inventory.Inventory`` of an emulated instance from the catalog."""
+
+from __future__ import annotations
+
+from emulator.hardware.instance_types import InstanceType, get_instance_type
+from neurontools.inventory import Device, HardwareInfo, InstanceIdentity, Inventory
+
+
+def hardware_info(itype: InstanceType) -> HardwareInfo:
+    ident = itype.device_identity
+    return HardwareInfo(
+        neuron_device_type=ident.neuron_device_type,
+        neuron_device_version=ident.neuron_device_version,
+        neuroncore_version=ident.neuroncore_version,
+        neuron_device_count=itype.device_count,
+        neuron_device_memory_size=itype.device_memory_bytes,
+        neuroncore_per_device_count=itype.cores_per_device,
+        logical_neuroncore_config=ident.logical_neuroncore_config,
+    )
+
+
+def devices(itype: InstanceType) -> tuple[Device, ...]:
+    return tuple(
+        Device(
+            index=slot.index,
+            nc_count=itype.cores_per_device,
+            neuroncore_ids=itype.core_ids(slot.index),
+            memory_size=itype.device_memory_bytes,
+            connected_to=itype.connected_to(slot.index),
+            bdf=slot.bdf,
+            cpu_affinity=slot.cpu_affinity,
+            numa_node=slot.numa_node,
+        )
+        for slot in itype.slots
+    )
+
+
+def build_inventory(instance_type: str | InstanceType, identity: InstanceIdentity) -> Inventory:
+    """Inventory of an idle emulated host (no processes).
+
+    ``instance_type`` is a name of :data:`INSTANCE_TYPES` or an :class:`InstanceType` (e.g. one
+    with another PCI layout); it must match ``identity.instance_type``.
+    """
+    itype = instance_type if isinstance(instance_type, InstanceType) else get_instance_type(instance_type)
+    if identity.instance_type != itype.name:
+        raise ValueError(f"identity is for instance type {identity.instance_type!r}, not {itype.name!r}")
+    return Inventory(instance=identity, hardware=hardware_info(itype), devices=devices(itype))

@@ -1,0 +1,1 @@
+"""The emulated Neuron runtime inside a training process: attach, core claims, errors."""

@@ -1,0 +1,1 @@
+"""Where the tools get their data: the emulator daemon today, a neuron-monitor stream later."""

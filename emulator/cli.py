@@ -60,9 +60,7 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="TYPE",
         help=f"one of {', '.join(INSTANCE_TYPES)} (default trn1.2xlarge)",
     )
-    up.add_argument(
-        "--detach", "-d", action="store_true", help="run in the background; return once it answers"
-    )
+    up.add_argument("--detach", "-d", action="store_true", help="run in the background; return once it answers")
     where = up.add_mutually_exclusive_group()
     where.add_argument("--socket", metavar="PATH", help="listen on this Unix socket")
     where.add_argument("--port", type=int, metavar="N", help="listen on 127.0.0.1:N instead of a socket")

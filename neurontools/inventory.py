@@ -163,9 +163,7 @@ def instance_from_dict(data: Mapping[str, Any]) -> InstanceIdentity:
 
 def hardware_from_dict(data: Mapping[str, Any]) -> HardwareInfo:
     fields = HardwareInfo.__dataclass_fields__
-    return HardwareInfo(
-        **{k: _take(data, k, str if f.type == "str" else int, "hardware") for k, f in fields.items()}
-    )
+    return HardwareInfo(**{k: _take(data, k, str if f.type == "str" else int, "hardware") for k, f in fields.items()})
 
 
 def device_from_dict(data: Mapping[str, Any]) -> Device:

@@ -66,9 +66,7 @@ SPEC_NEURON_DOCS = {
 def test_instance_type_names_and_lookup():
     assert list(INSTANCE_TYPES) == ["trn1.2xlarge", "trn1.32xlarge", "trn1n.32xlarge"]
     assert get_instance_type("trn1.32xlarge") is TRN1_32XLARGE
-    with pytest.raises(
-        ValueError, match=r"unknown instance type 'trn2.48xlarge'.*trn1\.2xlarge.*trn1n\.32xlarge"
-    ):
+    with pytest.raises(ValueError, match=r"unknown instance type 'trn2.48xlarge'.*trn1\.2xlarge.*trn1n\.32xlarge"):
         get_instance_type("trn2.48xlarge")
 
 
@@ -112,9 +110,7 @@ def test_trn1_32xlarge_pci_numa_affinity(d):
 def test_neuron_docs_layout():
     alt = TRN1_32XLARGE.with_bdf_layout("neuron-docs")
     assert {s.index: (s.bdf, s.numa_node, s.cpu_affinity) for s in alt.slots} == SPEC_NEURON_DOCS
-    assert alt.name == "trn1.32xlarge" and BDF_LAYOUTS["hyperpod"] == tuple(
-        v[0] for v in SPEC_HYPERPOD.values()
-    )
+    assert alt.name == "trn1.32xlarge" and BDF_LAYOUTS["hyperpod"] == tuple(v[0] for v in SPEC_HYPERPOD.values())
     with pytest.raises(ValueError, match="unknown PCI layout 'x'; valid: hyperpod, neuron-docs"):
         TRN1_32XLARGE.with_bdf_layout("x")
     with pytest.raises(ValueError, match="only the 16-device types"):
@@ -351,14 +347,10 @@ def test_build_inventory_devices_match_spec():
         "cpu_affinity": "0-7",
         "numa_node": -1,
     }
-    alt = build_inventory(
-        TRN1_32XLARGE.with_bdf_layout("neuron-docs"), make_identity("trn1.32xlarge", seed="x")
-    )
+    alt = build_inventory(TRN1_32XLARGE.with_bdf_layout("neuron-docs"), make_identity("trn1.32xlarge", seed="x"))
     assert alt.devices[0].bdf == "0000:10:1c.0"
 
 
 def test_build_inventory_rejects_mismatched_identity():
-    with pytest.raises(
-        ValueError, match=r"identity is for instance type 'trn1\.2xlarge', not 'trn1\.32xlarge'"
-    ):
+    with pytest.raises(ValueError, match=r"identity is for instance type 'trn1\.2xlarge', not 'trn1\.32xlarge'"):
         build_inventory("trn1.32xlarge", make_identity("trn1.2xlarge", seed="x"))

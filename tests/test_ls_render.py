@@ -31,7 +31,7 @@ from neurontools.ls.render import format_id_ranges, format_memory, render_json, 
 HERE = Path(__file__).parent
 FIXTURES = HERE / "fixtures" / "ls"
 GOLDEN = HERE / "golden" / "ls"
-SPEC = Path(os.environ.get("NEURONTOOLS_SPEC", "/work/shared/spec/neuron-tools.md"))
+SPEC = Path(os.environ.get("NEURONTOOLS_SPEC", HERE.parent.parent / "shared" / "spec" / "neuron-tools.md"))
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 
 
@@ -114,9 +114,7 @@ def test_golden(case: Case) -> None:
     elif case.match == "prefix":
         if not actual.startswith(expected):
             head = actual[: len(expected)]
-            pytest.fail(
-                "output does not start with the spec excerpt:\n" + show_diff(expected, head, case.golden)
-            )
+            pytest.fail("output does not start with the spec excerpt:\n" + show_diff(expected, head, case.golden))
     else:
         assert case.match == "contains"
         if expected not in actual:
@@ -301,10 +299,7 @@ def test_rule8_truncation_in_table(flags: dict[str, bool], limit: int) -> None:
         out = render_text(inv, **flags)
         shown = command if length == limit else "c" * (limit - 3) + "..."
         assert f"| {shown} |" in out
-        assert (
-            json.loads(render_json(inv, wide=flags.get("wide", False)))[0]["neuron_processes"][0]["command"]
-            == shown
-        )
+        assert json.loads(render_json(inv, wide=flags.get("wide", False)))[0]["neuron_processes"][0]["command"] == shown
 
 
 def test_connected_column_omitted_without_connections() -> None:
@@ -376,10 +371,7 @@ def test_non_ascii_command_keeps_the_grid() -> None:
     widths = {table.display_width(r) for r in rows}
     assert len(widths) == 1, rows
     assert "entraîner_模型.py" in out
-    assert (
-        json.loads(render_json(inv))[0]["neuron_processes"][0]["command"]
-        == "python3 entraîner_模型.py --note=ok"
-    )
+    assert json.loads(render_json(inv))[0]["neuron_processes"][0]["command"] == "python3 entraîner_模型.py --note=ok"
     assert "entraîner_模型" in render_json(inv)  # written as UTF-8, not \u escapes
 
 
@@ -410,9 +402,7 @@ def _torus(rows: int, cols: int, label: list[int] | None = None) -> dict[int, tu
         return ids[(r % rows) * cols + c % cols]
 
     return {
-        at(r, c): (at(r - 1, c), at(r, c - 1), at(r + 1, c), at(r, c + 1))
-        for r in range(rows)
-        for c in range(cols)
+        at(r, c): (at(r - 1, c), at(r, c - 1), at(r + 1, c), at(r, c + 1)) for r in range(rows) for c in range(cols)
     }
 
 

@@ -113,9 +113,7 @@ def create_app(registry: Registry, info: DaemonInfo, *, reap_interval: float = R
             return _error(404, f"process {pid} is not attached")
         return proc.to_dict()
 
-    @app.post(
-        "/v1/processes", response_model=ProcessModel, status_code=201, responses=errors, tags=["processes"]
-    )
+    @app.post("/v1/processes", response_model=ProcessModel, status_code=201, responses=errors, tags=["processes"])
     async def attach(body: AttachBody) -> dict[str, object]:
         """Register a process; a runtime process claims NeuronCores, a tool only opens the devices."""
         proc = registry.attach(

@@ -91,9 +91,7 @@ def make_identity(
         availability_zone = DEFAULT_AVAILABILITY_ZONE if region == DEFAULT_REGION else f"{region}a"
     elif region is None:
         region = availability_zone[:-1]
-        _check(
-            region, _REGION_RE, f"region (derived from availability zone {availability_zone!r})", "us-west-2"
-        )
+        _check(region, _REGION_RE, f"region (derived from availability zone {availability_zone!r})", "us-west-2")
     elif availability_zone[:-1] != region:
         raise ValueError(f"availability zone {availability_zone!r} is not in region {region!r}")
 

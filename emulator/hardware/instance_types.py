@@ -134,9 +134,7 @@ class InstanceType:
             raise ValueError(f"{self.name}: device {device} out of range 0-{self.device_count - 1}")
 
 
-def torus_neighbours(
-    device: int, rows: int = TORUS_ROWS, cols: int = TORUS_COLS
-) -> tuple[int, int, int, int]:
+def torus_neighbours(device: int, rows: int = TORUS_ROWS, cols: int = TORUS_COLS) -> tuple[int, int, int, int]:
     """Neighbours of ``device`` on a wrap-around grid, order up, left, down, right (neuron-tools §0)."""
     if not 0 <= device < rows * cols:
         raise ValueError(f"device {device} not on a {rows}x{cols} grid")

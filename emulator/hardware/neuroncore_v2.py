@@ -183,22 +183,14 @@ def _tensor() -> TensorEngineSpec:
         peak_bf16=Sourced(95, "TFLOPS", a1a2, peak16_note),
         peak_fp16=Sourced(95, "TFLOPS", a1a2, peak16_note),
         peak_tf32=Sourced(95, "TFLOPS", a1a2, peak16_note),
-        peak_cfp8=Sourced(
-            95, "TFLOPS", a1a2, "no extra FP8 rate on Trainium1 (A8 lists 191/chip); " + peak16_note
-        ),
+        peak_cfp8=Sourced(95, "TFLOPS", a1a2, "no extra FP8 rate on Trainium1 (A8 lists 191/chip); " + peak16_note),
         peak_fp32=Sourced(23.75, "TFLOPS", a1a2, "chip 47.5 / 2; launch 52.5/chip; NKI ~23 (1/4 rate)"),
-        peak_int8=Sourced(
-            190, "TOPS", a1a2, "chip 380 / 2; 420/chip until 2023-04-15; no compiler INT8 path"
-        ),
+        peak_int8=Sourced(190, "TOPS", a1a2, "chip 380 / 2; 420/chip until 2023-04-15; no compiler INT8 path"),
         peak_bf16_nki=Sourced(91.75, "TFLOPS", cite("A4"), f"{_DERIVED}: 128 x 128 x 2 x 2.8 GHz ('92 TF')"),
-        matmul_min_cycles=Sourced(
-            64, "cycles", cite("A4"), "initiation interval ~ max(N_free, 64) for 16/8-bit/TF32"
-        ),
+        matmul_min_cycles=Sourced(64, "cycles", cite("A4"), "initiation interval ~ max(N_free, 64) for 16/8-bit/TF32"),
         fp32_cost_factor=Sourced(4, "x", cite("A4"), "FP32 inputs ~4x the cost of BF16/FP16/TF32/cFP8"),
         moving_free_max=Sourced(512, "count", cite("A4"), "MultiplyMoving: <=128 partitions x <=512 free"),
-        psum_accumulation_groups=Sourced(
-            8, "count", cite("A4"), "8 PSUM banks -> up to 8 open accumulation groups"
-        ),
+        psum_accumulation_groups=Sourced(8, "count", cite("A4"), "8 PSUM banks -> up to 8 open accumulation groups"),
     )
 
 
@@ -209,19 +201,13 @@ def _core() -> NeuronCoreV2Spec:
         vector=VectorEngineSpec(
             clock=Sourced(1.12, "GHz", a4),
             elements_per_cycle=Sourced(128, "elements/cycle", a4, "one-input op ~N cycles, two-input ~2N"),
-            fp32_tflops=Sourced(
-                2.3, "TFLOPS", cite("A3"), "earlier '2,500 FLOP/cycle'; model by elements/cycle"
-            ),
-            fixed_overhead_cycles=Sourced(
-                100, "cycles", a4, "~100 cycles for tiny or serially dependent ops"
-            ),
+            fp32_tflops=Sourced(2.3, "TFLOPS", cite("A3"), "earlier '2,500 FLOP/cycle'; model by elements/cycle"),
+            fixed_overhead_cycles=Sourced(100, "cycles", a4, "~100 cycles for tiny or serially dependent ops"),
         ),
         scalar=ScalarEngineSpec(
             clock=Sourced(1.4, "GHz", a4),
             elements_per_cycle=Sourced(128, "elements/cycle", a4, "one input tensor per instruction"),
-            fp32_tflops=Sourced(
-                2.9, "TFLOPS", cite("A3"), "earlier '1,600 FLOP/cycle'; model by elements/cycle"
-            ),
+            fp32_tflops=Sourced(2.9, "TFLOPS", cite("A3"), "earlier '1,600 FLOP/cycle'; model by elements/cycle"),
             act_read_accumulator_cycles=Sourced(64, "cycles", a4),
         ),
         gpsimd=GpSimdEngineSpec(
@@ -237,9 +223,7 @@ def _core() -> NeuronCoreV2Spec:
             psum_banks=Sourced(8, "count", a4, "8 banks x 2 KiB per partition"),
             access_fixed_cycles=Sourced(60, "cycles", a4, "fixed start overhead of every SBUF/PSUM access"),
             port_clock=Sourced(1.4, "GHz", a4),
-            port_elements_per_cycle=Sourced(
-                128, "elements/cycle", a4, "about half when innermost stride >16 B"
-            ),
+            port_elements_per_cycle=Sourced(128, "elements/cycle", a4, "about half when innermost stride >16 B"),
         ),
         dma=DmaSpec(
             engines_per_nc=Sourced(16, "count", cite("A4", "A6")),
@@ -248,26 +232,17 @@ def _core() -> NeuronCoreV2Spec:
                 27,
                 "GB/s",
                 cite("A4", "A6"),
-                "conflict: A4 27 GiB/s, A6 27.2 GB/s, A7 17 B/ns (272 GB/s per NC); "
-                "spec §7 default 27 GB/s peak",
+                "conflict: A4 27 GiB/s, A6 27.2 GB/s, A7 17 B/ns (272 GB/s per NC); spec §7 default 27 GB/s peak",
             ),
             engine_practical=Sourced(17, "GB/s", cite("A7"), "17 B/ns; spec §7 'practical' figure"),
-            fixed_cost=Sourced(
-                1.3, "us", cite("A7"), "~1,300 ns cross-engine setup/semaphore latency per transfer"
-            ),
+            fixed_cost=Sourced(1.3, "us", cite("A7"), "~1,300 ns cross-engine setup/semaphore latency per transfer"),
             min_efficient_bytes_per_partition=Sourced(
                 2, "KiB", cite("A7"), "<256 B badly overhead-bound; >=4 KiB saturated"
             ),
         ),
-        hbm=Sourced(
-            16, "GiB", cite("A27", "A2"), "half of the chip's 32 GiB; OOM logs top out at ~15.9 GB/NC"
-        ),
-        hbm_bandwidth=Sourced(
-            410, "GiB/s", cite("A2"), f"{_DERIVED}: chip 820 / 2; A5 figure '~0.5 TB/s per NC'"
-        ),
-        model_code_overhead=Sourced(
-            96, "MB", cite("A18"), "~96 MB micro-code per physical NC (MB vs MiB unstated)"
-        ),
+        hbm=Sourced(16, "GiB", cite("A27", "A2"), "half of the chip's 32 GiB; OOM logs top out at ~15.9 GB/NC"),
+        hbm_bandwidth=Sourced(410, "GiB/s", cite("A2"), f"{_DERIVED}: chip 820 / 2; A5 figure '~0.5 TB/s per NC'"),
+        model_code_overhead=Sourced(96, "MB", cite("A18"), "~96 MB micro-code per physical NC (MB vs MiB unstated)"),
     )
 
 
@@ -293,19 +268,12 @@ TRAINIUM1 = TrainiumChipSpec(
             384,
             "GB/s",
             cite("A1", "A8"),
-            "trn1; A1 table says GiB/s; 1,536 between 2023-04-25 and 05-26; "
-            "server diagram label '768 GB/sec'",
+            "trn1; A1 table says GiB/s; 1,536 between 2023-04-25 and 05-26; server diagram label '768 GB/sec'",
         ),
-        neuronlink_per_link=Sourced(
-            96, "GB/s", cite("A1", "A8"), f"{_DERIVED}: 384 GB/s / 4 links (spec §7)"
-        ),
+        neuronlink_per_link=Sourced(96, "GB/s", cite("A1", "A8"), f"{_DERIVED}: 384 GB/s / 4 links (spec §7)"),
         cc_cores=Sourced(6, "count", cite("A4", "A8"), "collective-communication cores per chip"),
-        intra_node_hop_latency_low=Sourced(
-            1, "us", cite("A20"), "~1-2 us per intra-node hop, HBM-load dependent"
-        ),
-        intra_node_hop_latency_high=Sourced(
-            2, "us", cite("A20"), "~1-2 us per intra-node hop, HBM-load dependent"
-        ),
+        intra_node_hop_latency_low=Sourced(1, "us", cite("A20"), "~1-2 us per intra-node hop, HBM-load dependent"),
+        intra_node_hop_latency_high=Sourced(2, "us", cite("A20"), "~1-2 us per intra-node hop, HBM-load dependent"),
         inter_node_hop_latency=Sourced(15, "us", cite("A20"), "~15 us per inter-node (EFA) hop"),
     ),
 )

@@ -84,9 +84,7 @@ def attach(env: Mapping[str, str] | None = None) -> RuntimeSession:
             raise NeuronRuntimeError("NRT_INVALID", str(exc)) from None
         tag = env.get("NEURON_PROCESS_TAG", "")
         if len(tag) > MAX_TAG_LENGTH:
-            raise NeuronRuntimeError(
-                "NRT_INVALID", f"NEURON_PROCESS_TAG is longer than {MAX_TAG_LENGTH} characters"
-            )
+            raise NeuronRuntimeError("NRT_INVALID", f"NEURON_PROCESS_TAG is longer than {MAX_TAG_LENGTH} characters")
 
         try:
             client = DaemonClient()

@@ -100,9 +100,7 @@ def border_line(widths: Sequence[int]) -> str:
 
 
 def header_lines(headers: Sequence[Header], widths: Sequence[int]) -> list[str]:
-    return [
-        "|" + "|".join(center(h[i], w) for h, w in zip(headers, widths, strict=True)) + "|" for i in (0, 1)
-    ]
+    return ["|" + "|".join(center(h[i], w) for h, w in zip(headers, widths, strict=True)) + "|" for i in (0, 1)]
 
 
 def data_line(row: Row, widths: Sequence[int]) -> str:

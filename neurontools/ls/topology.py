@@ -126,10 +126,7 @@ def derive_grid(links: Links) -> Grid | None:
     return Grid(
         nodes=nodes,
         right=tuple(tuple(linked(row[c], row[c + 1], RIGHT) for c in range(n_cols - 1)) for row in nodes),
-        down=tuple(
-            tuple(linked(nodes[r][c], nodes[r + 1][c], DOWN) for c in range(n_cols))
-            for r in range(n_rows - 1)
-        ),
+        down=tuple(tuple(linked(nodes[r][c], nodes[r + 1][c], DOWN) for c in range(n_cols)) for r in range(n_rows - 1)),
         wrap_row=tuple(linked(row[-1], row[0], RIGHT) for row in nodes),
         wrap_col=tuple(linked(nodes[-1][c], nodes[0][c], DOWN) for c in range(n_cols)),
     )

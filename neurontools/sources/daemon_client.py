@@ -63,12 +63,10 @@ class DaemonClient:
     def _connection(self) -> http.client.HTTPConnection:
         if self.address.socket_path is not None:
             return _UnixHTTPConnection(self.address.socket_path, self.timeout)
-        return http.client.HTTPConnection(
-            self.address.host or "127.0.0.1", self.address.port, timeout=self.timeout
-        )
+        return http.client.HTTPConnection(self.address.host or "127.0.0.1", self.address.port, timeout=self.timeout)
 
-    def request(self, method: str, path: str, body: Any = None) -> Any:
-        """Send one request to ``/v1{path}`` and return the decoded JSON answer."""
+    def request(self, method: str, path: str, body: Any = None, *, versioned: bool = True) -> Any:
+        """Send one request to ``/v1{path}`` (``path`` as is if not ``versioned``); return the JSON answer."""
         payload = None if body is None else json.dumps(body).encode()
         headers = {"Accept": "application/json"}
         if payload is not None:
@@ -76,7 +74,7 @@ class DaemonClient:
         conn = self._connection()
         try:
             try:
-                conn.request(method, API_PREFIX + path, body=payload, headers=headers)
+                conn.request(method, (API_PREFIX if versioned else "") + path, body=payload, headers=headers)
                 response = conn.getresponse()
                 raw = response.read()
             except FileNotFoundError:

@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import Daemon, Holder, start_daemon
+
+IN_CI = os.environ.get("CI") == "true"
+
+
+@pytest.fixture
+def short_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A temporary directory with a short path (Unix socket paths are limited to 107 bytes)."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="nt-", dir="/tmp"))
+    yield path
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def daemon_factory(short_tmp: Path) -> Iterator:
+    started: list[Daemon] = []
+
+    def start(instance_type: str = "trn1.2xlarge", **kwargs: object) -> Daemon:
+        daemon = start_daemon(short_tmp, instance_type, **kwargs)  # type: ignore[arg-type]
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        if daemon.proc.poll() is None:
+            daemon.stop()
+
+
+@pytest.fixture
+def daemon(daemon_factory) -> Daemon:
+    return daemon_factory("trn1.2xlarge")
+
+
+@pytest.fixture
+def holders() -> Iterator[list[Holder]]:
+    """Collects started holder processes and makes sure none outlives the test."""
+    started: list[Holder] = []
+    yield started
+    for holder in started:
+        if holder.proc.poll() is None:
+            holder.proc.kill()
+        holder.proc.wait(timeout=15)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """In CI a skipped test is a failure: nothing may silently not run."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter else []
+    if IN_CI and skipped:
+        reporter.write_line(f"CI=true: {len(skipped)} test(s) skipped - treated as failure", red=True)
+        session.exitstatus = 1

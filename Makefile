@@ -24,7 +24,7 @@ demo: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
 
 lint: $(STAMP)
-	$(BIN)/ruff check neurontools emulator tests benchmarks scripts examples
+	$(BIN)/ruff check neurontools emulator tests scripts examples $(wildcard benchmarks)
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q -rs

@@ -166,8 +166,9 @@ def test_torchrun_gives_one_core_per_local_rank(daemon_factory, short_tmp: Path)
         "dist.barrier()  # both ranks attached\n"
         "held = {p['pid']: p['neuroncores'] for p in DaemonClient().get('/processes')}\n"
         "dist.barrier()\n"
-        "print(json.dumps({'rank': xm.get_ordinal(), 'world': xm.xrt_world_size(), "
-        "'cores': list(xm.neuroncores()), 'held': sorted(held.values())}), flush=True)\n"
+        "out = {'rank': xm.get_ordinal(), 'world': xm.xrt_world_size(), "
+        "'cores': list(xm.neuroncores()), 'held': sorted(held.values())}\n"
+        f"open('{short_tmp}/rank%d.json' % xm.get_ordinal(), 'w').write(json.dumps(out))\n"
         "dist.destroy_process_group()\n"
     )
     proc = subprocess.run(
@@ -178,8 +179,7 @@ def test_torchrun_gives_one_core_per_local_rank(daemon_factory, short_tmp: Path)
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    ranks = sorted(lines, key=lambda r: r["rank"])
+    ranks = [json.loads((short_tmp / f"rank{r}.json").read_text()) for r in range(2)]  # one file per rank
     assert [r["cores"] for r in ranks] == [[0], [1]]
     assert all(r["world"] == 2 for r in ranks)
     assert all(r["held"] == [[0], [1]] for r in ranks)  # two processes, one core each, at the same time

@@ -130,14 +130,11 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 
 def _up_detached(args: argparse.Namespace, address: DaemonAddress) -> int:
-    from emulator.daemon.server import probe
+    from emulator.daemon.server import already_running_error, probe
 
     status = probe(address)
     if status:
-        raise CliError(
-            f"a neuron-emulator daemon is already running at {address} (pid {status.get('daemon_pid')}, "
-            f"{status.get('instance_type')}); stop it with '{PROG} down'"
-        )
+        raise CliError(str(already_running_error(address, status)))
     # The child runs in the foreground at the address this process resolved, with the same identity.
     argv = ["up", "--instance-type", args.instance_type]
     argv += ["--socket", address.socket_path] if address.socket_path else ["--port", str(address.port)]

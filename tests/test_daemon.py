@@ -187,7 +187,7 @@ def test_http_api_is_versioned_documented_and_errors_are_json(daemon) -> None:
     schema = client.request("GET", "/openapi.json", versioned=False)
     paths = set(schema["paths"])
     assert {"/v1/status", "/v1/inventory", "/v1/processes", "/v1/processes/{pid}"} <= paths
-    assert "ProcessModel" in schema["components"]["schemas"]
+    assert "NeuronProcess" in schema["components"]["schemas"]
     with pytest.raises(DaemonError) as err:
         client.get("/processes/999999")
     assert err.value.status == 404 and err.value.body == {"error": "process 999999 is not attached"}

@@ -1,7 +1,7 @@
-"""Pydantic models of the daemon's ``/v1`` HTTP API (they drive its OpenAPI schema).
+"""Request and status models of the daemon's ``/v1`` HTTP API (they drive its OpenAPI schema).
 
-The field sets mirror ``neurontools.inventory`` — that module is the contract the tools parse;
-these models only describe it for OpenAPI and validate what clients send.
+Inventory and process answers are described by the dataclasses of ``neurontools.inventory``
+themselves — the one contract the tools parse — so their fields are written once.
 """
 
 from __future__ import annotations
@@ -14,55 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field
 class ErrorBody(BaseModel):
     error: str = Field(description="one-line description of what went wrong")
     nrt_status: str | None = Field(None, description="closest Neuron runtime status name, when one applies")
-
-
-class InstanceModel(BaseModel):
-    instance_name: str
-    instance_id: str
-    instance_type: str
-    instance_availability_zone: str
-    instance_availability_zone_id: str
-    instance_region: str
-    ami_id: str
-    subnet_id: str
-
-
-class HardwareModel(BaseModel):
-    neuron_device_type: str
-    neuron_device_version: str
-    neuroncore_version: str
-    neuron_device_count: int
-    neuron_device_memory_size: int = Field(description="bytes of HBM per device")
-    neuroncore_per_device_count: int
-    logical_neuroncore_config: int
-
-
-class DeviceModel(BaseModel):
-    index: int
-    nc_count: int
-    neuroncore_ids: list[int] = Field(description="global NeuronCore ids of the device")
-    memory_size: int = Field(description="bytes of device HBM")
-    connected_to: list[int] | None = Field(description="NeuronLink neighbours (up, left, down, right)")
-    bdf: str = Field(description="PCI address, 0000:bb:dd.f")
-    cpu_affinity: str
-    numa_node: int
-
-
-class ProcessModel(BaseModel):
-    pid: int
-    command: str
-    tag: str = Field(description="NEURON_PROCESS_TAG, or the PID")
-    runtime_version: str = Field(description="Neuron runtime version, NA for tools")
-    kind: Literal["runtime", "tool"]
-    neuroncores: list[int] = Field(description="global NeuronCore ids owned by the process")
-    attached_at: float = Field(description="Unix time of attach")
-
-
-class InventoryModel(BaseModel):
-    instance: InstanceModel
-    hardware: HardwareModel
-    devices: list[DeviceModel]
-    processes: list[ProcessModel]
 
 
 class StatusModel(BaseModel):

@@ -17,15 +17,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from emulator.daemon.api_models import (
-    AttachBody,
-    ErrorBody,
-    InventoryModel,
-    ProcessModel,
-    StatusModel,
-)
+from emulator.daemon.api_models import AttachBody, ErrorBody, StatusModel
 from emulator.daemon.registry import AttachRequest, ClaimError, Registry
 from neurontools import __version__
+from neurontools.inventory import Inventory, NeuronProcess
 
 REAP_INTERVAL_S = 0.2  # a dead process releases its cores well within the one second DESIGN.md allows
 
@@ -97,23 +92,23 @@ def create_app(registry: Registry, info: DaemonInfo, *, reap_interval: float = R
             neuroncores_in_use=len(registry.owners()),
         )
 
-    @app.get("/v1/inventory", response_model=InventoryModel, tags=["inventory"])
+    @app.get("/v1/inventory", response_model=Inventory, tags=["inventory"])
     async def inventory() -> dict[str, object]:
         """Instance identity, hardware summary, devices and the processes holding them."""
         return registry.snapshot().to_dict()
 
-    @app.get("/v1/processes", response_model=list[ProcessModel], tags=["processes"])
+    @app.get("/v1/processes", response_model=list[NeuronProcess], tags=["processes"])
     async def processes() -> list[dict[str, object]]:
         return [p.to_dict() for p in registry.processes()]
 
-    @app.get("/v1/processes/{pid}", response_model=ProcessModel, responses=errors, tags=["processes"])
+    @app.get("/v1/processes/{pid}", response_model=NeuronProcess, responses=errors, tags=["processes"])
     async def process(pid: int) -> dict[str, object] | JSONResponse:
         proc = registry.get(pid)
         if proc is None:
             return _error(404, f"process {pid} is not attached")
         return proc.to_dict()
 
-    @app.post("/v1/processes", response_model=ProcessModel, status_code=201, responses=errors, tags=["processes"])
+    @app.post("/v1/processes", response_model=NeuronProcess, status_code=201, responses=errors, tags=["processes"])
     async def attach(body: AttachBody) -> dict[str, object]:
         """Register a process; a runtime process claims NeuronCores, a tool only opens the devices."""
         proc = registry.attach(
@@ -130,7 +125,7 @@ def create_app(registry: Registry, info: DaemonInfo, *, reap_interval: float = R
         )
         return proc.to_dict()
 
-    @app.delete("/v1/processes/{pid}", response_model=ProcessModel, responses=errors, tags=["processes"])
+    @app.delete("/v1/processes/{pid}", response_model=NeuronProcess, responses=errors, tags=["processes"])
     async def detach(pid: int) -> dict[str, object] | JSONResponse:
         """Release a process's NeuronCores (what the runtime does at exit)."""
         proc = registry.detach(pid)

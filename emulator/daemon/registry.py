@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import psutil
 
 from emulator.runtime.core_spec import format_core_ids
-from neurontools.inventory import NOT_A_RUNTIME, RUNTIME, TOOL, Inventory, NeuronProcess
+from neurontools.inventory import NOT_A_RUNTIME, RUNTIME, Inventory, NeuronProcess
 
 
 class ClaimError(Exception):
@@ -75,20 +75,10 @@ class Registry:
         self._lock = threading.Lock()
         self._entries: dict[int, _Entry] = {}
         self._owner: dict[int, int] = {}  # core id -> pid
-        self._listeners: list[Callable[[str, NeuronProcess], None]] = []
 
     @property
     def core_count(self) -> int:
         return self._core_count
-
-    def add_listener(self, listener: Callable[[str, NeuronProcess], None]) -> None:
-        """``listener(event, process)`` is called with ``attached`` / ``released`` outside the lock."""
-        self._listeners.append(listener)
-
-    def _notify(self, event: str, processes: list[NeuronProcess]) -> None:
-        for proc in processes:
-            for listener in self._listeners:
-                listener(event, proc)
 
     # ----------------------------------------------------------------------------------------
     def attach(self, req: AttachRequest) -> NeuronProcess:
@@ -130,7 +120,6 @@ class Registry:
             self._entries[req.pid] = _Entry(proc, start)
             for core in cores:
                 self._owner[core] = req.pid
-        self._notify("attached", [proc])
         return proc
 
     def _holders_text(self, cores: list[int]) -> str:
@@ -214,8 +203,6 @@ class Registry:
     def detach(self, pid: int) -> NeuronProcess | None:
         with self._lock:
             proc = self._drop(pid)
-        if proc is not None:
-            self._notify("released", [proc])
         return proc
 
     def reap(self) -> list[NeuronProcess]:
@@ -233,7 +220,6 @@ class Registry:
                         proc = self._drop(pid)
                         if proc is not None:
                             released.append(proc)
-        self._notify("released", released)
         return released
 
     # ----------------------------------------------------------------------------------------
@@ -252,6 +238,3 @@ class Registry:
     def owners(self) -> dict[int, int]:
         with self._lock:
             return dict(self._owner)
-
-
-__all__ = ["TOOL", "AttachRequest", "ClaimError", "Registry", "process_start_time"]

@@ -37,7 +37,7 @@ def probe(address: DaemonAddress, timeout: float = 2.0) -> dict[str, object] | N
     return status if isinstance(status, dict) else None
 
 
-def _already_running(address: DaemonAddress, status: dict[str, object]) -> StartError:
+def already_running_error(address: DaemonAddress, status: dict[str, object]) -> StartError:
     return StartError(
         f"a neuron-emulator daemon is already running at {address} "
         f"(pid {status.get('daemon_pid')}, {status.get('instance_type')}); stop it with 'neuron-emulator down'"
@@ -60,7 +60,7 @@ def _unix_listener(path: str) -> Iterator[socket.socket]:
         except BlockingIOError:
             status = probe(DaemonAddress(socket_path=path))
             if status:
-                raise _already_running(DaemonAddress(socket_path=path), status) from None
+                raise already_running_error(DaemonAddress(socket_path=path), status) from None
             raise StartError(f"another neuron-emulator daemon is starting at {path}") from None
 
         if os.path.lexists(path):
@@ -69,7 +69,7 @@ def _unix_listener(path: str) -> Iterator[socket.socket]:
                 raise StartError(f"{path} exists and is not a socket; remove it or choose another --socket")
             status = probe(DaemonAddress(socket_path=path))
             if status:
-                raise _already_running(DaemonAddress(socket_path=path), status)
+                raise already_running_error(DaemonAddress(socket_path=path), status)
             os.unlink(path)  # stale socket from a daemon that died without cleaning up
             print(f"neuron-emulator: replaced stale socket {path}", file=sys.stderr)
 
@@ -97,7 +97,7 @@ def _unix_listener(path: str) -> Iterator[socket.socket]:
 def _tcp_listener(host: str, port: int) -> Iterator[socket.socket]:
     status = probe(DaemonAddress(host=host, port=port), timeout=1.0)
     if status:
-        raise _already_running(DaemonAddress(host=host, port=port), status)
+        raise already_running_error(DaemonAddress(host=host, port=port), status)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from neurontools.inventory import TOOL, Inventory, InventoryError, inventory_from_dict
+from neurontools.inventory import Inventory, InventoryError, inventory_from_dict
 from neurontools.sources.address import AddressError
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
 from neurontools.sources.tool_session import ToolSession
@@ -134,6 +134,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     return 0
-
-
-__all__ = ["TOOL", "main", "parse_args"]

@@ -1,48 +1,130 @@
 """torch_xla-like API for training scripts: ``import emulator.xla as xm`` instead of
 ``import torch_xla.core.xla_model as xm``.
 
-``xla_device()`` attaches the process to the emulated instance and claims its NeuronCores
-(see :mod:`emulator.runtime.attach`). torch is imported only when a device is asked for, so
-``import emulator.xla`` stays cheap.
+``xla_device()`` attaches the process to the emulated instance, claims its NeuronCores (see
+:mod:`emulator.runtime.attach`) and returns the device ``lazy:0``: tensors and modules moved
+there do their real work on the CPU (or on ``meta`` for model-scale work) while every op is
+captured; ``mark_step()`` executes the step graph on the emulated NeuronCore.
+torch is imported only when a device is asked for, so ``import emulator.xla`` stays cheap.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+import threading
+from typing import TYPE_CHECKING, Any
 
-from emulator.runtime.attach import NeuronRuntimeError, attach, current_session
+from emulator.runtime.attach import attach, current_session
+from emulator.runtime.errors import NeuronRuntimeError
 
 if TYPE_CHECKING:
     import torch
+
+    from emulator.runtime.executor import DeviceRuntime, StepResult
 
 __all__ = [
     "NeuronRuntimeError",
     "get_local_ordinal",
     "get_ordinal",
     "is_master_ordinal",
+    "last_step",
+    "mark_step",
+    "neuroncores",
+    "optimizer_step",
+    "rendezvous",
+    "save",
     "xla_device",
     "xrt_world_size",
 ]
+
+_lock = threading.Lock()
+_runtime: DeviceRuntime | None = None
+_runtime_pid: int | None = None
+_auto_cast: str | None = None
+
+
+def set_auto_cast(mode: str | None) -> None:
+    """The ``--auto-cast`` compiler flag of a run (``none``, ``matmult``, ``all``); before xla_device()."""
+    global _auto_cast
+    _auto_cast = mode
+
+
+def _device_runtime() -> DeviceRuntime:
+    global _runtime, _runtime_pid
+    with _lock:
+        if _runtime is not None and _runtime_pid == os.getpid():
+            return _runtime
+        from torch.utils._python_dispatch import _push_mode
+
+        from emulator.capture.tensor import DeviceMode
+        from emulator.runtime.executor import DeviceRuntime
+
+        session = attach()
+        runtime = DeviceRuntime(session, os.environ, auto_cast=_auto_cast)
+        runtime.install()
+        _push_mode(DeviceMode())
+        _runtime, _runtime_pid = runtime, os.getpid()
+        return runtime
 
 
 def xla_device(n: int | None = None, devkind: str | None = None) -> torch.device:
     """Attach to the emulated instance (once) and return the device tensors should live on.
 
     Raises :class:`NeuronRuntimeError` when the cores cannot be claimed or no daemon runs.
-    Tensors are ordinary CPU tensors in this release; capture of the work they do on the
-    NeuronCores arrives with the cost model.
     """
-    import torch
+    from emulator.capture.tensor import DEVICE
 
-    attach()
-    return torch.device("cpu")
+    _device_runtime()
+    return DEVICE
+
+
+def mark_step(wait: bool = True) -> None:
+    """Execute the ops recorded since the last step on the NeuronCore and wait for it."""
+    if _runtime is not None and _runtime_pid == os.getpid():
+        _runtime.mark_step()
+
+
+def optimizer_step(optimizer: Any, barrier: bool = False, optimizer_args: dict | None = None) -> Any:
+    """All-reduce gradients across ranks (data parallel), step the optimizer, end the step.
+
+    The step graph always ends here (torch_xla does that with ``barrier=True`` or through its
+    parallel loader), so a plain loop of forward, backward, ``optimizer_step`` is one graph per step.
+    """
+    runtime = _device_runtime()
+    runtime.all_reduce_gradients(optimizer)
+    loss = optimizer.step(**(optimizer_args or {}))
+    mark_step()
+    return loss
+
+
+def last_step() -> StepResult | None:
+    """What the last mark_step() executed (simulated device time, FLOPs, compile, outcome)."""
+    return _runtime.last if _runtime is not None and _runtime_pid == os.getpid() else None
 
 
 def neuroncores() -> tuple[int, ...]:
     """Global ids of the NeuronCores this process owns (empty before :func:`xla_device`)."""
     session = current_session()
     return session.neuroncores if session else ()
+
+
+def save(obj: Any, path: str, master_only: bool = True, global_master: bool = False) -> None:
+    """``torch.save`` with device tensors moved to the host (by the master ordinal only)."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    if master_only and not is_master_ordinal(local=not global_master):
+        return
+    host = tree_map(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x, obj)
+    torch.save(host, path)
+
+
+def rendezvous(tag: str) -> None:
+    """Wait for every rank (a barrier when torch.distributed is initialised)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
 
 
 def _env_int(name: str, default: int) -> int:

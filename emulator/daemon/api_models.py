@@ -42,3 +42,36 @@ class AttachBody(BaseModel):
     visible_cores: list[int] | None = Field(None, description="explicit contiguous core ids")
     num_cores: int | None = Field(None, ge=1, description="count of free cores to grab")
     origin: str = Field("", max_length=512, description="where the selection came from, for messages")
+
+
+class ModelRef(BaseModel):
+    model_id: int
+    uuid: str
+    name: str
+    code_bytes: int = Field(ge=0)
+
+
+class CollectiveBody(BaseModel):
+    kind: str
+    bytes: int = Field(ge=0)
+    ranks: int = Field(ge=1)
+    nodes: int = Field(1, ge=1)
+
+
+class ExecutionBody(BaseModel):
+    """One step graph starting on a NeuronCore: its simulated cost and outcome."""
+
+    core: int = Field(ge=0)
+    start: float = Field(description="time.monotonic() of the host when the device starts it")
+    device_seconds: float = Field(ge=0, description="simulated device latency incl. collectives")
+    compute_seconds: float = Field(ge=0, description="simulated busy time of the compute engines")
+    total_latency: float = Field(ge=0, description="latency seen by the runtime, incl. compile and queueing")
+    flops: int = Field(ge=0)
+    engines: dict[Literal["tensor", "vector", "scalar", "gpsimd", "dma"], float]
+    outcome: Literal[
+        "completed", "completed_with_err", "completed_with_num_err", "timed_out", "incorrect_input", "failed_to_queue"
+    ]
+    model: ModelRef | None = None
+    compile_cache: dict[Literal["hits", "misses"], int]
+    collectives: list[CollectiveBody] = []
+    memory: dict[str, dict[str, int] | int] = Field(default_factory=dict)

@@ -17,8 +17,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from emulator.daemon.api_models import AttachBody, ErrorBody, StatusModel
+from emulator.daemon.api_models import AttachBody, ErrorBody, ExecutionBody, StatusModel
 from emulator.daemon.registry import AttachRequest, ClaimError, Registry
+from emulator.daemon.telemetry import Telemetry
 from neurontools import __version__
 from neurontools.inventory import Inventory, NeuronProcess
 
@@ -37,12 +38,15 @@ def _error(status: int, message: str, **extra: object) -> JSONResponse:
 
 
 def create_app(registry: Registry, info: DaemonInfo, *, reap_interval: float = REAP_INTERVAL_S) -> FastAPI:
+    telemetry = Telemetry(registry.snapshot())
+
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         async def reaper() -> None:
             while True:
                 await asyncio.sleep(reap_interval)
-                registry.reap()
+                for proc in registry.reap():
+                    telemetry.forget(proc.pid)
 
         task = asyncio.create_task(reaper())
         try:
@@ -131,6 +135,24 @@ def create_app(registry: Registry, info: DaemonInfo, *, reap_interval: float = R
         proc = registry.detach(pid)
         if proc is None:
             return _error(404, f"process {pid} is not attached")
+        telemetry.forget(pid)
         return proc.to_dict()
+
+    @app.post("/v1/processes/{pid}/executions", status_code=204, responses=errors, tags=["telemetry"])
+    async def execution(pid: int, body: ExecutionBody) -> None:
+        """A step graph starting on one of the process's NeuronCores (what it costs, how it ended)."""
+        proc = registry.get(pid)
+        if proc is None:
+            raise ClaimError(f"process {pid} is not attached", http_status=404, nrt_status="NRT_INVALID")
+        try:
+            telemetry.record_execution(proc, body.model_dump())
+        except ValueError as exc:
+            raise ClaimError(str(exc), http_status=400, nrt_status="NRT_INVALID") from None
+
+    @app.get("/v1/snapshot", tags=["telemetry"])
+    async def snapshot() -> dict[str, object]:
+        """Cumulative counters and current gauges of every runtime process, and the real host
+        (docs/snapshot.md); consumers compute per-period figures from two snapshots."""
+        return telemetry.snapshot(registry.processes())
 
     return app

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import psutil
 
 from emulator.runtime.core_spec import CoreSpecError, request_from_env
+from emulator.runtime.errors import NeuronRuntimeError
 from neurontools.inventory import RUNTIME, NeuronProcess, process_from_dict
 from neurontools.sources.address import AddressError
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
@@ -29,15 +30,6 @@ from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonU
 # value used by the spec's neuron-ls examples (spec/neuron-tools.md §1.5-§1.6).
 RUNTIME_VERSION = "2.29.14"
 MAX_TAG_LENGTH = 255  # NEURON_PROCESS_TAG limit of Runtime 2.x (spec/neuron-tools.md §3.2)
-
-
-class NeuronRuntimeError(RuntimeError):
-    """The emulated runtime refused to start: ``status`` is the NRT status name."""
-
-    def __init__(self, status: str, message: str) -> None:
-        self.status = status
-        self.message = message
-        super().__init__(f"{status}: {message}")
 
 
 @dataclass

@@ -1,0 +1,50 @@
+"""What the capture layer records per ATen op: the input of the cost model (torch-free data).
+
+One :class:`OpRecord` per op executed on an emulated-device tensor. Shapes, dtypes and byte
+counts come from the real tensors (or the meta tensors of a model-scale workload); ``flops`` is
+PyTorch's own count for the op (``torch.utils.flop_counter``), 0 where PyTorch counts none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    shape: tuple[int, ...]
+    dtype: str  # torch dtype name without the "torch." prefix: "float32", "bfloat16", "int64", ...
+    nbytes: int  # numel * element size
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    name: str  # ATen op packet, e.g. "aten.mm", "aten.add", "aten._softmax", "aten.embedding"
+    inputs: tuple[TensorMeta, ...]  # tensor arguments, in argument order (lists flattened)
+    outputs: tuple[TensorMeta, ...]  # tensor results
+    flops: int = 0  # floating-point operations (2 per multiply-add), from torch.utils.flop_counter
+
+    def signature(self) -> tuple[object, ...]:
+        """What identifies the op inside a graph hash: name, shapes and dtypes."""
+        return (
+            self.name,
+            tuple((t.shape, t.dtype) for t in self.inputs),
+            tuple((t.shape, t.dtype) for t in self.outputs),
+        )
+
+
+@dataclass(frozen=True)
+class CollectiveRecord:
+    """A collective the step performs (gradient all-reduce in data parallel)."""
+
+    kind: str  # "all_reduce", "all_gather", "reduce_scatter", "broadcast"
+    nbytes: int  # payload per rank
+    ranks: int  # participants
+    nodes: int = 1  # instances spanned (1 = NeuronLink only)

@@ -1,0 +1,141 @@
+"""Tensors on the emulated device: a wrapper subclass around a real CPU (or meta) tensor.
+
+``NeuronTensor`` reports device ``lazy:0`` (torch_xla is a lazy-tensor backend; PyTorch's CPU
+build has a device guard for ``lazy``, so autograd works) and holds ``_inner``: a CPU tensor
+with the real values for real-math work, or a ``meta`` tensor (shapes only) for model-scale
+work. Every ATen op on such tensors goes through :meth:`NeuronTensor.__torch_dispatch__`, which
+runs it on the inner tensors, hands an :class:`~emulator.capture.ops.OpRecord` to the active
+:class:`Recorder`, and wraps the results.
+
+:class:`DeviceMode` catches the ops that *create* device tensors from host ones: ``.to(device)``,
+``torch.zeros(..., device=device)`` and friends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+DEVICE_TYPE = "lazy"
+DEVICE = torch.device(DEVICE_TYPE, 0)
+_HOST = torch.device("cpu")
+_META = torch.device("meta")
+
+# Called for every op on device tensors: (func, args, kwargs, out) with inner (unwrapped) tensors.
+OpHook = Callable[[Any, tuple, dict, Any], None]
+# Called for every new device storage: (wrapper). Set by the runtime (memory ledger).
+AllocHook = Callable[["NeuronTensor"], None]
+
+
+class _Hooks:
+    on_op: OpHook | None = None
+    on_alloc: AllocHook | None = None
+    meta_mode: bool = False  # factories on the device make meta tensors (model-scale workload)
+
+
+hooks = _Hooks()
+
+
+def is_device(dev: Any) -> bool:
+    if dev is None:
+        return False
+    if isinstance(dev, str):
+        return dev.split(":", 1)[0] == DEVICE_TYPE
+    return isinstance(dev, torch.device) and dev.type == DEVICE_TYPE
+
+
+class NeuronTensor(torch.Tensor):
+    _inner: torch.Tensor
+
+    @staticmethod
+    def __new__(cls, inner: torch.Tensor) -> NeuronTensor:
+        wrapper = torch.Tensor._make_wrapper_subclass(
+            cls,
+            inner.shape,
+            strides=inner.stride(),
+            storage_offset=inner.storage_offset(),
+            dtype=inner.dtype,
+            layout=inner.layout,
+            device=DEVICE,
+            requires_grad=inner.requires_grad,
+        )
+        wrapper._inner = inner
+        return wrapper
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:
+        inner = self._inner
+        if inner.is_meta:
+            return f"tensor(..., device='{DEVICE}', size={tuple(inner.shape)}, dtype={inner.dtype})"
+        body = repr(inner.detach())
+        return body[:-1] + f", device='{DEVICE}')" if body.endswith(")") else body
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return _run_on_device(func, args, kwargs or {})
+
+
+def unwrap(x: Any) -> Any:
+    return x._inner if isinstance(x, NeuronTensor) else x
+
+
+def _host_device(x: Any) -> Any:
+    """The device the inner tensors live on, in place of ``lazy``."""
+    if is_device(x):
+        return _META if hooks.meta_mode else _HOST
+    return x
+
+
+def wrap_new(out: torch.Tensor) -> NeuronTensor:
+    wrapped = NeuronTensor(out)
+    if hooks.on_alloc is not None:
+        hooks.on_alloc(wrapped)
+    return wrapped
+
+
+def _run_on_device(func: Any, args: tuple, kwargs: dict) -> Any:
+    flat_in, _ = tree_flatten((args, kwargs))
+    inners = {id(t._inner): t for t in flat_in if isinstance(t, NeuronTensor)}
+    u_args = tree_map(unwrap, args)
+    u_kwargs = tree_map(_host_device, tree_map(unwrap, kwargs))
+    out = func(*u_args, **u_kwargs)
+
+    target = kwargs.get("device")
+    to_host = target is not None and not is_device(target)  # e.g. .cpu(): results leave the device
+
+    def rewrap(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor) or to_host:
+            return x
+        same = inners.get(id(x))
+        if same is not None:  # in-place op or out=: the result is the argument itself
+            return same
+        return wrap_new(x)
+
+    result = tree_map(rewrap, out)
+    if hooks.on_op is not None:
+        hooks.on_op(func, u_args, u_kwargs, out)
+    return result
+
+
+class DeviceMode(TorchDispatchMode):
+    """Turns host tensors into device tensors where an op asks for ``device=lazy``."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if any(issubclass(t, NeuronTensor) for t in types):
+            return NotImplemented  # let NeuronTensor.__torch_dispatch__ handle it
+        if not is_device(kwargs.get("device")):
+            return func(*args, **kwargs)
+        source = next((a for a in tree_flatten(args)[0] if isinstance(a, torch.Tensor)), None)
+        if source is not None and source.is_meta:
+            hooks.meta_mode = True  # a model-scale workload moves meta tensors to the device
+        host_kwargs = dict(kwargs)
+        host_kwargs["device"] = _META if hooks.meta_mode else _HOST
+        out = func(*args, **host_kwargs)
+        result = tree_map(lambda x: wrap_new(x) if isinstance(x, torch.Tensor) else x, out)
+        if hooks.on_op is not None:
+            hooks.on_op(func, args, host_kwargs, out)
+        return result

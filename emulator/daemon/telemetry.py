@@ -1,0 +1,284 @@
+"""Cumulative device counters of the attached processes, and the snapshot consumers read.
+
+A process reports each execution when it starts on the device (start time and simulated
+duration). Busy time, per-engine time and FLOPs of an execution count in proportion to how much
+of it has elapsed at snapshot time, so a consumer sampling every second sees a smooth,
+monotonic counter rather than lumps at step boundaries. Everything else in a snapshot is
+read from the real host (psutil) at that moment. See docs/snapshot.md for the format.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from neurontools.inventory import RUNTIME, Inventory, NeuronProcess
+
+ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+OUTCOMES = (
+    "completed",
+    "completed_with_err",
+    "completed_with_num_err",
+    "timed_out",
+    "incorrect_input",
+    "failed_to_queue",
+)
+ERROR_KINDS = ("generic", "numerical", "transient", "model", "runtime", "hardware")
+# which error_summary counter an outcome also increments
+OUTCOME_ERRORS = {"completed_with_num_err": "numerical", "completed_with_err": "generic", "timed_out": "runtime"}
+LATENCY_WINDOW_S = 600.0
+HOST_CATEGORIES = ("application_memory", "constants", "dma_buffers", "tensors")
+CORE_CATEGORIES = ("constants", "model_code", "model_shared_scratchpad", "runtime_memory", "tensors")
+
+
+@dataclass
+class _Execution:
+    start: float
+    duration: float
+    flops: int
+    engines: dict[str, float]
+
+    def fraction(self, now: float) -> float:
+        if self.duration <= 0:
+            return 1.0
+        return min(1.0, max(0.0, (now - self.start) / self.duration))
+
+
+@dataclass
+class _CoreCounters:
+    busy: float = 0.0
+    flops: int = 0
+    engines: dict[str, float] = field(default_factory=lambda: dict.fromkeys(ENGINES, 0.0))
+    inflight: list[_Execution] = field(default_factory=list)
+
+    def settle(self, now: float) -> None:
+        """Fold finished executions into the totals."""
+        still: list[_Execution] = []
+        for ex in self.inflight:
+            if ex.fraction(now) >= 1.0:
+                self.busy += ex.duration
+                self.flops += ex.flops
+                for e, s in ex.engines.items():
+                    self.engines[e] = self.engines.get(e, 0.0) + s
+            else:
+                still.append(ex)
+        self.inflight = still
+
+    def view(self, now: float) -> dict[str, Any]:
+        busy, flops, engines = self.busy, float(self.flops), dict(self.engines)
+        for ex in self.inflight:
+            f = ex.fraction(now)
+            busy += ex.duration * f
+            flops += ex.flops * f
+            for e, s in ex.engines.items():
+                engines[e] = engines.get(e, 0.0) + s * f
+        return {"busy": busy, "flops": int(flops), "engines": engines}
+
+
+@dataclass
+class ProcessTelemetry:
+    cores: dict[int, _CoreCounters]
+    executions: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
+    errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
+    latencies: deque = field(default_factory=deque)  # (end monotonic, total s, device s)
+    compile_cache: dict[str, int] = field(default_factory=lambda: {"hits": 0, "misses": 0})
+    collectives: dict[str, dict[str, int]] = field(
+        default_factory=lambda: {"neuronlink": {"bytes": 0, "operations": 0}, "efa": {"bytes": 0, "operations": 0}}
+    )
+    core_memory: dict[int, dict[str, int]] = field(default_factory=dict)
+    peak_memory: dict[int, int] = field(default_factory=dict)
+    models: dict[int, dict[str, Any]] = field(default_factory=dict)  # model_id -> model + core
+
+
+class Telemetry:
+    def __init__(self, inventory: Inventory) -> None:
+        self._inventory = inventory
+        self._per_device = inventory.hardware.neuroncore_per_device_count
+        self._lock = threading.Lock()
+        self._procs: dict[int, ProcessTelemetry] = {}
+        self._hw_counters = [
+            {
+                "neuron_device_index": d.index,
+                "mem_ecc_corrected": 0,
+                "mem_ecc_uncorrected": 0,
+                "sram_ecc_corrected": 0,
+                "sram_ecc_uncorrected": 0,
+            }
+            for d in inventory.devices
+        ]
+
+    # -- process lifecycle (called by the registry owner) ------------------------------------
+    def forget(self, pid: int) -> None:
+        with self._lock:
+            self._procs.pop(pid, None)
+
+    def _state(self, proc: NeuronProcess) -> ProcessTelemetry:
+        state = self._procs.get(proc.pid)
+        if state is None:
+            state = self._procs[proc.pid] = ProcessTelemetry(cores={c: _CoreCounters() for c in proc.neuroncores})
+        return state
+
+    # -- reports from processes --------------------------------------------------------------
+    def record_execution(self, proc: NeuronProcess, body: dict[str, Any]) -> None:
+        core = int(body["core"])
+        if core not in proc.neuroncores:
+            raise ValueError(f"process {proc.pid} does not own NeuronCore {core}")
+        outcome = body["outcome"]
+        if outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {outcome!r}")
+        start = float(body["start"])
+        device_seconds = max(0.0, float(body["device_seconds"]))
+        compute = max(0.0, min(device_seconds, float(body.get("compute_seconds", device_seconds))))
+        with self._lock:
+            state = self._state(proc)
+            counters = state.cores[core]
+            counters.inflight.append(
+                _Execution(start, compute, int(body["flops"]), {e: float(body["engines"].get(e, 0.0)) for e in ENGINES})
+            )
+            counters.settle(time.monotonic())
+            state.executions[outcome] += 1
+            if outcome in OUTCOME_ERRORS:
+                state.errors[OUTCOME_ERRORS[outcome]] += 1
+            end = start + min(device_seconds, float(body["total_latency"]))
+            state.latencies.append((end, float(body["total_latency"]), device_seconds))
+            while state.latencies and state.latencies[0][0] < end - LATENCY_WINDOW_S:
+                state.latencies.popleft()
+            state.compile_cache = {k: int(body["compile_cache"][k]) for k in ("hits", "misses")}
+            for c in body.get("collectives", []):
+                link = "neuronlink" if int(c.get("nodes", 1)) <= 1 else "efa"
+                state.collectives[link]["bytes"] += int(c["bytes"])
+                state.collectives[link]["operations"] += 1
+            memory = body.get("memory", {})
+            if "core" in memory:
+                state.core_memory[core] = {k: int(memory["core"][k]) for k in CORE_CATEGORIES}
+                state.peak_memory[core] = int(memory.get("peak", 0))
+            model = body.get("model")
+            if model:
+                state.models[int(model["model_id"])] = {**model, "core": core}
+
+    # -- reading -----------------------------------------------------------------------------
+    def peak_memory(self, pid: int) -> dict[int, int]:
+        with self._lock:
+            state = self._procs.get(pid)
+            return dict(state.peak_memory) if state else {}
+
+    def snapshot(self, processes: list[NeuronProcess]) -> dict[str, Any]:
+        now = time.monotonic()
+        inv = self._inventory
+        entries = []
+        with self._lock:
+            for proc in processes:
+                if proc.kind != RUNTIME:
+                    continue
+                entries.append(self._process_entry(proc, self._state(proc), now))
+            hw = [dict(d) for d in self._hw_counters]
+        return {
+            "time": time.time(),
+            "monotonic": now,
+            "instance": inv.instance.to_dict(),
+            "hardware": inv.hardware.to_dict(),
+            "processes": entries,
+            "host": host_snapshot(),
+            "hardware_counters": hw,
+        }
+
+    def _process_entry(self, proc: NeuronProcess, state: ProcessTelemetry, now: float) -> dict[str, Any]:
+        cpu: dict[str, float] | None
+        cpu_error = ""
+        rss = 0
+        try:
+            p = psutil.Process(proc.pid)
+            with p.oneshot():
+                times = p.cpu_times()
+                rss = p.memory_info().rss
+            cpu = {"user": times.user, "system": times.system}
+        except psutil.Error:
+            cpu = None
+            cpu_error = f"open /proc/{proc.pid}/stat: no such file or directory"
+        cores = {}
+        for core, counters in sorted(state.cores.items()):
+            counters.settle(now)
+            cores[str(core)] = counters.view(now)
+        core_memory = {
+            str(c): dict(state.core_memory.get(c) or dict.fromkeys(CORE_CATEGORIES, 0)) for c in sorted(state.cores)
+        }
+        return {
+            "pid": proc.pid,
+            "tag": proc.tag,
+            "command": proc.command,
+            "runtime_version": proc.runtime_version,
+            "kind": proc.kind,
+            "neuroncores": list(proc.neuroncores),
+            "cpu": cpu,
+            "cpu_error": cpu_error,
+            "cores": cores,
+            "executions": dict(state.executions),
+            "errors": dict(state.errors),
+            "latencies": [list(x) for x in state.latencies],
+            "compile_cache": dict(state.compile_cache),
+            "collectives": {k: dict(v) for k, v in state.collectives.items()},
+            "memory": {
+                # the process's real resident memory is its host "application memory"
+                "host": {"application_memory": rss, "constants": 0, "dma_buffers": 0, "tensors": 0},
+                "cores": core_memory,
+            },
+            "loaded_models": [self._model_entry(m) for _, m in sorted(state.models.items())],
+        }
+
+    def _model_entry(self, model: dict[str, Any]) -> dict[str, Any]:
+        core = int(model["core"])
+        code = int(model["code_bytes"])
+        return {
+            "name": model["name"],
+            "uuid": model["uuid"],
+            "model_id": int(model["model_id"]),
+            "is_running": True,
+            "subgraphs": {
+                "sg_00": {
+                    "memory_used_bytes": {
+                        "host": 0,
+                        "neuron_device": code,
+                        "usage_breakdown": {
+                            "host": dict.fromkeys(HOST_CATEGORIES, 0),
+                            "neuron_device": {"constants": 0, "model_code": code, "runtime_memory": 0, "tensors": 0},
+                        },
+                    },
+                    "neuroncore_index": core % self._per_device,
+                    "neuron_device_index": core // self._per_device,
+                }
+            },
+        }
+
+
+def host_snapshot() -> dict[str, Any]:
+    """The real host's cumulative CPU times, context switches and memory (psutil)."""
+    vm = psutil.virtual_memory()
+    swap = psutil.swap_memory()
+    vcpus = []
+    for t in psutil.cpu_times(percpu=True):
+        vcpus.append(
+            {
+                "user": t.user,
+                "nice": t.nice,
+                "system": t.system,
+                "idle": t.idle,
+                "io_wait": getattr(t, "iowait", 0.0),
+                "irq": getattr(t, "irq", 0.0),
+                "soft_irq": getattr(t, "softirq", 0.0),
+            }
+        )
+    return {
+        "vcpus": vcpus,
+        "context_switches": psutil.cpu_stats().ctx_switches,
+        "memory": {
+            "total": vm.total,
+            "used": vm.total - vm.available,
+            "swap_total": swap.total,
+            "swap_used": swap.used,
+        },
+    }

@@ -1,0 +1,114 @@
+"""Compile cache: a step graph is identified by the hash of its ops and shapes.
+
+Two levels, as with neuronx-cc (spec/trn1-hardware.md §6.1): an in-memory JIT cache of models
+loaded in this process, and the on-disk Neuron Persistent Cache shared across runs
+(``NEURON_COMPILE_CACHE_URL``, ``--cache_dir`` in ``NEURON_CC_FLAGS``, default
+``/var/tmp/neuron-compile-cache``; ``--no_cache`` turns it off). The disk layout is the real
+one, ``neuronxcc-<version>/MODULE_<graph-hash>+<flags-hash>/`` with ``compile_flags.json`` and
+``model.done``; the emulator stores a JSON summary of the graph instead of a NEFF binary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from emulator.capture.ops import OpRecord
+
+COMPILER_VERSION = "2.14.227.0"  # version string of the emulated neuronx-cc (spec §3.7 example)
+DEFAULT_CACHE_DIR = "/var/tmp/neuron-compile-cache"
+FIRST_MODEL_ID = 10001  # runtime-assigned model ids start here (spec/neuron-tools.md §3.4)
+
+
+def graph_hash(ops: Sequence[OpRecord]) -> str:
+    digest = hashlib.sha256()
+    for op in ops:
+        digest.update(repr(op.signature()).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    graph_hash: str
+    model_id: int
+    uuid: str
+    name: str
+    code_bytes: int
+    ops: int
+
+
+def cache_settings(env: Mapping[str, str]) -> tuple[Path | None, str]:
+    """(persistent cache directory or None when disabled, compiler flags string)."""
+    flags = env.get("NEURON_CC_FLAGS", "")
+    try:
+        words = shlex.split(flags)
+    except ValueError:
+        words = flags.split()
+    if "--no_cache" in words:
+        return None, flags
+    cache_dir = env.get("NEURON_COMPILE_CACHE_URL") or DEFAULT_CACHE_DIR
+    for i, word in enumerate(words):
+        if word.startswith("--cache_dir="):
+            cache_dir = word.split("=", 1)[1]
+        elif word == "--cache_dir" and i + 1 < len(words):
+            cache_dir = words[i + 1]
+    if "://" in cache_dir:  # s3:// and other remote caches are not reachable here: in-memory only
+        return None, flags
+    return Path(cache_dir), flags
+
+
+class CompileCache:
+    def __init__(self, cache_dir: Path | None, flags: str = "") -> None:
+        self.cache_dir = cache_dir
+        self.flags = flags
+        self.flags_hash = hashlib.sha256(flags.encode()).hexdigest()[:20]
+        self._loaded: dict[str, LoadedModel] = {}
+        self._next_id = FIRST_MODEL_ID
+        self.hits = 0
+        self.misses = 0
+
+    def loaded(self, digest: str) -> LoadedModel | None:
+        return self._loaded.get(digest)
+
+    def module_dir(self, digest: str) -> Path | None:
+        if self.cache_dir is None:
+            return None
+        return self.cache_dir / f"neuronxcc-{COMPILER_VERSION}" / f"MODULE_{digest[:20]}+{self.flags_hash[:8]}"
+
+    def on_disk(self, digest: str) -> bool:
+        module = self.module_dir(digest)
+        return module is not None and (module / "model.done").exists()
+
+    def store(self, digest: str, ops: Sequence[OpRecord], code_bytes: int) -> None:
+        module = self.module_dir(digest)
+        if module is None:
+            return
+        with contextlib.suppress(OSError):  # a read-only or full cache only costs recompiles
+            module.mkdir(parents=True, exist_ok=True)
+            (module / "compile_flags.json").write_text(json.dumps(shlex.split(self.flags) if self.flags else []))
+            summary = {"graph_hash": digest, "ops": len(ops), "model_code_bytes": code_bytes}
+            (module / "model.json").write_text(json.dumps(summary))
+            (module / "model.done").touch()
+
+    def load(self, digest: str, ops: Sequence[OpRecord], code_bytes: int) -> LoadedModel:
+        model = LoadedModel(
+            graph_hash=digest,
+            model_id=self._next_id,
+            uuid=digest[:32],
+            name=f"{COMPILER_VERSION}+{digest[:8]}-/tmp/neuroncc_compile_workdir/{digest[8:16]}",
+            code_bytes=code_bytes,
+            ops=len(ops),
+        )
+        self._next_id += 1
+        self._loaded[digest] = model
+        return model
+
+    def models(self) -> list[LoadedModel]:
+        return list(self._loaded.values())
+

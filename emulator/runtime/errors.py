@@ -1,0 +1,13 @@
+"""The error the emulated Neuron runtime raises in a training process."""
+
+from __future__ import annotations
+
+
+class NeuronRuntimeError(RuntimeError):
+    """The emulated runtime refused an operation: ``status`` is the NRT status name
+    (``NRT_RESOURCE``, ``NRT_EXEC_NC_BUSY``, ...; spec/trn1-hardware.md §6.4)."""
+
+    def __init__(self, status: str, message: str) -> None:
+        self.status = status
+        self.message = message
+        super().__init__(f"{status}: {message}")

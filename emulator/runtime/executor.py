@@ -1,0 +1,246 @@
+"""The emulated device inside a training process: capture, compile, cost, execute, report.
+
+``mark_step()`` ends the step graph recorded since the previous one. A graph seen for the first
+time is "compiled" (simulated compile time, unless the persistent cache has it) and loaded as a
+model; then the cost model turns its ops into NeuronCore time, the execution is reported to the
+daemon, and the process blocks until the simulated device time has passed — as it would wait
+on a real device. NaN/Inf produced by the step (seen in the real values) make the execution
+``completed_with_num_err``, as the Neuron runtime reports numerical errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from emulator.capture import tensor as device_tensor
+from emulator.capture.ops import CollectiveRecord
+from emulator.capture.recorder import Recorder
+from emulator.costmodel import CostOptions, compile_cost, cost_collective, cost_graph, options_from_env
+from emulator.hardware import RUNTIME as RUNTIME_SPEC
+from emulator.hardware import get_instance_type
+from emulator.runtime.attach import RuntimeSession
+from emulator.runtime.compile_cache import CompileCache, LoadedModel, cache_settings, graph_hash
+from emulator.runtime.errors import NeuronRuntimeError
+from emulator.runtime.memory import MemoryLedger
+from neurontools.sources.daemon_client import DaemonError, DaemonUnavailable
+
+# Runtime's own device memory per core: the OOM report of a real trn1 runtime shows
+# "runtime: 1.062KB" (spec/trn1-hardware.md §6.3, source I1).
+RUNTIME_DEVICE_BYTES = 1088
+ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What the last ``mark_step()`` did, for progress displays (all simulated except wall)."""
+
+    step: int
+    device_seconds: float
+    compile_seconds: float
+    wall_seconds: float
+    flops: int
+    compiled: bool
+    cache_hit: bool
+    outcome: str
+    ops: int
+    engines: dict[str, float] = field(default_factory=dict)
+
+
+class DeviceRuntime:
+    def __init__(self, session: RuntimeSession, env: Mapping[str, str], *, auto_cast: str | None = None) -> None:
+        self.session = session
+        self.core = session.neuroncores[0]  # lazy:0 is the first NeuronCore the process owns
+        inventory = session.client.get("/inventory")
+        itype = get_instance_type(inventory["instance"]["instance_type"])
+        per_device = itype.cores_per_device
+        self.instance_type = itype
+        self.options: CostOptions = options_from_env(env, auto_cast)
+        self.timeout = float(env.get("NEURON_RT_EXEC_TIMEOUT", "") or RUNTIME_SPEC.exec_timeout.value)
+        self.recorder = Recorder()
+        self.ledger = MemoryLedger(
+            core=self.core,
+            device=self.core // per_device,
+            local_core=self.core % per_device,
+            capacity=itype.core_memory_bytes,
+            runtime_memory=RUNTIME_DEVICE_BYTES,
+            code_overhead=int(itype.chip.core.model_code_overhead.base),
+        )
+        cache_dir, flags = cache_settings(env)
+        self.cache = CompileCache(cache_dir, flags)
+        self._collectives: list[CollectiveRecord] = []
+        self._step = 0
+        self._last_mark = time.monotonic()
+        self.last: StepResult | None = None
+        self._lock = threading.Lock()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def install(self) -> None:
+        device_tensor.hooks.on_op = self.recorder.on_op
+        device_tensor.hooks.on_alloc = self.ledger.on_alloc
+
+    # -- collectives -------------------------------------------------------------------------
+    def all_reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """Sum gradients across ranks (real gloo all-reduce of the values) and record its cost."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+            return
+        world = dist.get_world_size()
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        total = 0
+        for grad in grads:
+            inner = device_tensor.unwrap(grad)
+            total += inner.numel() * inner.element_size()
+            if not inner.is_meta:
+                dist.all_reduce(inner)
+                inner.div_(world)
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        self._collectives.append(
+            CollectiveRecord(kind="all_reduce", nbytes=total, ranks=world, nodes=max(1, world // max(local, 1)))
+        )
+
+    # -- execution ---------------------------------------------------------------------------
+    def mark_step(self) -> StepResult | None:
+        with self._lock:
+            return self._mark_step()
+
+    def _mark_step(self) -> StepResult | None:
+        called = time.monotonic()
+        ops = self.recorder.take()
+        collectives, self._collectives = self._collectives, []
+        if not ops and not collectives:
+            return None
+        self._step += 1
+        digest = graph_hash(ops)
+        model = self.cache.loaded(digest)
+        compile_seconds = 0.0
+        cache_hit = model is not None
+        if model is None:
+            model, compile_seconds, cache_hit = self._compile_and_load(digest, ops)
+        graph = cost_graph(ops, self.options, self.instance_type.chip.core)
+        comm = sum(cost_collective(c, self.instance_type) for c in collectives)
+        device_seconds = graph.seconds + comm
+        outcome = self._outcome(device_seconds)
+
+        start = time.monotonic()
+        total_latency = (start - called) + min(device_seconds, self.timeout)
+        self._report(model, graph, device_seconds, comm, start, total_latency, outcome, collectives, cache_hit)
+        _sleep_until(start + min(device_seconds, self.timeout))
+        now = time.monotonic()
+        result = StepResult(
+            step=self._step,
+            device_seconds=device_seconds,
+            compile_seconds=compile_seconds,
+            wall_seconds=now - self._last_mark,
+            flops=graph.flops,
+            compiled=compile_seconds > 0,
+            cache_hit=cache_hit,
+            outcome=outcome,
+            ops=len(ops),
+            engines=dict(graph.engines),
+        )
+        self._last_mark = now
+        self.last = result
+        if outcome == "timed_out":
+            raise NeuronRuntimeError(
+                "NRT_TIMEOUT",
+                f"execution of model {model.model_id} did not complete within NEURON_RT_EXEC_TIMEOUT="
+                f"{self.timeout:g} s (it needs {device_seconds:.3f} s of device time)",
+            )
+        return result
+
+    def _compile_and_load(self, digest: str, ops: list) -> tuple[LoadedModel, float, bool]:
+        cost = compile_cost(ops)
+        on_disk = self.cache.on_disk(digest)
+        seconds = 0.0
+        if on_disk:
+            module = self.cache.module_dir(digest)
+            _log(f"Using a cached neff at {module}/model.neff. Exiting with a successfully compiled graph.")
+        else:
+            seconds = cost.seconds
+            _log(f"Compiling graph {digest[:20]} ({len(ops)} ops) - simulated compile time {seconds:.2f} s")
+            time.sleep(seconds)
+            self.cache.store(digest, ops, cost.model_code_bytes)
+            _log("Compiler status PASS")
+        self.ledger.load_code(cost.model_code_bytes)
+        model = self.cache.load(digest, ops, cost.model_code_bytes)
+        if on_disk:
+            self.cache.hits += 1
+        else:
+            self.cache.misses += 1
+        return model, seconds, on_disk
+
+    def _outcome(self, device_seconds: float) -> str:
+        if device_seconds > self.timeout:
+            return "timed_out"
+        if self._produced_non_finite():
+            return "completed_with_num_err"
+        return "completed"
+
+    def _produced_non_finite(self) -> bool:
+        """NaN/Inf in the floating-point values the device holds (real-math work only)."""
+        for wrapper in self.ledger.live_wrappers():
+            inner = device_tensor.unwrap(wrapper)
+            if inner.is_meta or not inner.is_floating_point() or inner.numel() == 0:
+                continue
+            if not bool(torch.isfinite(inner).all()):
+                return True
+        return False
+
+    def _report(
+        self,
+        model: LoadedModel,
+        graph,
+        device_seconds: float,
+        comm_seconds: float,
+        start: float,
+        total_latency: float,
+        outcome: str,
+        collectives: list[CollectiveRecord],
+        cache_hit: bool,
+    ) -> None:
+        usage = self.ledger.usage()
+        body = {
+            "core": self.core,
+            "start": start,
+            "device_seconds": device_seconds,
+            "compute_seconds": device_seconds - comm_seconds,
+            "total_latency": total_latency,
+            "flops": int(graph.flops),
+            "engines": {e: float(graph.engines.get(e, 0.0)) for e in ENGINES},
+            "outcome": outcome,
+            "model": {
+                "model_id": model.model_id,
+                "uuid": model.uuid,
+                "name": model.name,
+                "code_bytes": model.code_bytes,
+            },
+            "compile_cache": {"hits": self.cache.hits, "misses": self.cache.misses},
+            "collectives": [
+                {"kind": c.kind, "bytes": c.nbytes, "ranks": c.ranks, "nodes": c.nodes} for c in collectives
+            ],
+            "memory": {"core": usage.to_dict(), "peak": self.ledger.peak},
+        }
+        with contextlib.suppress(DaemonError, DaemonUnavailable):  # the daemon being away does not stop training
+            self.session.client.post(f"/processes/{self.session.owner_pid}/executions", body)
+
+
+def _sleep_until(deadline: float) -> None:
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        time.sleep(remaining)
+
+
+def _log(message: str) -> None:
+    print(f"INFO ||NEURON_CC_WRAPPER||: {message}", file=sys.stderr, flush=True)
+

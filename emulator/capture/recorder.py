@@ -48,9 +48,9 @@ class Recorder:
         self._lock = threading.Lock()
         self._ops: list[OpRecord] = []
 
-    def on_op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    def on_op(self, name: str, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         record = OpRecord(
-            name=str(func._overloadpacket),
+            name=name,
             inputs=_tensors((args, kwargs)),
             outputs=_tensors(out),
             flops=count_flops(func, args, kwargs, out),

@@ -25,8 +25,11 @@ DEVICE = torch.device(DEVICE_TYPE, 0)
 _HOST = torch.device("cpu")
 _META = torch.device("meta")
 
-# Called for every op on device tensors: (func, args, kwargs, out) with inner (unwrapped) tensors.
-OpHook = Callable[[Any, tuple, dict, Any], None]
+# Called for every op on device tensors: (op name, func, args, kwargs, out) with inner (unwrapped)
+# tensors. Host transfers are named "emulator.host_to_device" / "emulator.device_to_host".
+OpHook = Callable[[str, Any, tuple, dict, Any], None]
+HOST_TO_DEVICE = "emulator.host_to_device"
+DEVICE_TO_HOST = "emulator.device_to_host"
 # Called for every new device storage: (wrapper). Set by the runtime (memory ledger).
 AllocHook = Callable[["NeuronTensor"], None]
 
@@ -116,7 +119,7 @@ def _run_on_device(func: Any, args: tuple, kwargs: dict) -> Any:
 
     result = tree_map(rewrap, out)
     if hooks.on_op is not None:
-        hooks.on_op(func, u_args, u_kwargs, out)
+        hooks.on_op(DEVICE_TO_HOST if to_host else str(func._overloadpacket), func, u_args, u_kwargs, out)
     return result
 
 
@@ -137,5 +140,5 @@ class DeviceMode(TorchDispatchMode):
         out = func(*args, **host_kwargs)
         result = tree_map(lambda x: wrap_new(x) if isinstance(x, torch.Tensor) else x, out)
         if hooks.on_op is not None:
-            hooks.on_op(func, args, host_kwargs, out)
+            hooks.on_op(HOST_TO_DEVICE, func, args, host_kwargs, out)
         return result

@@ -23,7 +23,15 @@ import torch
 from emulator.capture import tensor as device_tensor
 from emulator.capture.ops import CollectiveRecord
 from emulator.capture.recorder import Recorder
-from emulator.costmodel import CostOptions, compile_cost, cost_collective, cost_graph, options_from_env
+from emulator.costmodel import (
+    CostOptions,
+    compile_cost,
+    cost_collective,
+    cost_graph,
+    links_for,
+    options_from_env,
+    runtime_model_code_overhead_bytes,
+)
 from emulator.hardware import RUNTIME as RUNTIME_SPEC
 from emulator.hardware import get_instance_type
 from emulator.runtime.attach import RuntimeSession
@@ -63,6 +71,7 @@ class DeviceRuntime:
         per_device = itype.cores_per_device
         self.instance_type = itype
         self.options: CostOptions = options_from_env(env, auto_cast)
+        self.links = links_for(itype)
         self.timeout = float(env.get("NEURON_RT_EXEC_TIMEOUT", "") or RUNTIME_SPEC.exec_timeout.value)
         self.recorder = Recorder()
         self.ledger = MemoryLedger(
@@ -71,7 +80,7 @@ class DeviceRuntime:
             local_core=self.core % per_device,
             capacity=itype.core_memory_bytes,
             runtime_memory=RUNTIME_DEVICE_BYTES,
-            code_overhead=int(itype.chip.core.model_code_overhead.base),
+            code_overhead=runtime_model_code_overhead_bytes(itype.chip.core),
         )
         cache_dir, flags = cache_settings(env)
         self.cache = CompileCache(cache_dir, flags)
@@ -125,9 +134,11 @@ class DeviceRuntime:
         cache_hit = model is not None
         if model is None:
             model, compile_seconds, cache_hit = self._compile_and_load(digest, ops)
+        else:
+            self.cache.hits += 1  # in-memory JIT cache
         graph = cost_graph(ops, self.options, self.instance_type.chip.core)
-        comm = sum(cost_collective(c, self.instance_type) for c in collectives)
-        device_seconds = graph.seconds + comm
+        comm = sum(cost_collective(c, self.links) for c in collectives)
+        device_seconds = graph.device_seconds + comm
         outcome = self._outcome(device_seconds)
 
         start = time.monotonic()
@@ -145,7 +156,7 @@ class DeviceRuntime:
             cache_hit=cache_hit,
             outcome=outcome,
             ops=len(ops),
-            engines=dict(graph.engines),
+            engines=dict(graph.busy),
         )
         self._last_mark = now
         self.last = result
@@ -215,7 +226,7 @@ class DeviceRuntime:
             "compute_seconds": device_seconds - comm_seconds,
             "total_latency": total_latency,
             "flops": int(graph.flops),
-            "engines": {e: float(graph.engines.get(e, 0.0)) for e in ENGINES},
+            "engines": {e: float(graph.busy.get(e, 0.0)) for e in ENGINES},
             "outcome": outcome,
             "model": {
                 "model_id": model.model_id,

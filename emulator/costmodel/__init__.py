@@ -1,0 +1,52 @@
+"""Cost model: captured ATen ops -> simulated NeuronCore-v2 engine time (pure functions, torch-free).
+
+``engines`` classifies ops, ``ops`` times one op, ``graph`` a step graph, ``collectives`` the
+NeuronLink/EFA collectives, ``dtypes`` auto-cast and stochastic rounding, ``compile`` the
+simulated compile of a new graph, ``calibration`` the published rows. See docs/cost-model.md.
+"""
+
+from emulator.costmodel.collectives import (
+    TRN1_32XLARGE_LINKS,
+    CollectiveLinks,
+    cost_collective,
+    links_for,
+)
+from emulator.costmodel.compile import CompileCost, compile_cost, runtime_model_code_overhead_bytes
+from emulator.costmodel.dtypes import CostOptions, options_from_env
+from emulator.costmodel.engines import (
+    OP_TABLE,
+    Engine,
+    OpClass,
+    OpKind,
+    classify,
+    classify_name,
+    normalize_op_name,
+    unknown_op_names,
+)
+from emulator.costmodel.graph import GraphCost, cost_graph
+from emulator.costmodel.ops import OpCost, cost_op, matmul_efficiency
+
+__all__ = [
+    "OP_TABLE",
+    "TRN1_32XLARGE_LINKS",
+    "CollectiveLinks",
+    "CompileCost",
+    "CostOptions",
+    "Engine",
+    "GraphCost",
+    "OpClass",
+    "OpCost",
+    "OpKind",
+    "classify",
+    "classify_name",
+    "compile_cost",
+    "cost_collective",
+    "cost_graph",
+    "cost_op",
+    "links_for",
+    "matmul_efficiency",
+    "normalize_op_name",
+    "options_from_env",
+    "runtime_model_code_overhead_bytes",
+    "unknown_op_names",
+]

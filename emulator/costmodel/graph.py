@@ -1,0 +1,101 @@
+"""Simulated device time of one step graph: engines overlap, dependent ops pipeline tile by tile.
+
+The four compute engines and the DMA queues run asynchronously, synchronised by semaphores the
+compiler inserts [A4]. A captured op list carries no data dependencies, so the model assumes the
+conservative case — every op consumes the result of the op captured before it (a training step
+is mostly such a chain) — and the compiler's usual remedy: ops are tiled (one PSUM bank,
+128 x 512 elements; DMA 128 x 2 KiB), so a consumer on *another* engine streams one tile behind
+its producer. Ops on the *same* engine run one after the other; so do VectorE and GpSimdE ops,
+which cannot access SBUF at the same time [A4]. For op ``i`` on engine ``e`` with
+time ``d_i`` (``ops.py``), fixed overhead ``o_i`` and ``k_i`` tiles, tile time ``u_i = (d_i - o_i) / k_i``::
+
+    start_i = max(free_e, start_{i-1} + o_{i-1} + u_{i-1})   # engine free, and producer's first tile out
+    end_i   = max(start_i + d_i, end_{i-1} + u_i)            # own work, and one tile after the producer
+    free_e  = end_i
+    device seconds = max(end_last, total HBM bytes / HBM stream bandwidth, max_e busy_e)
+
+Bounds: ``max_e busy_e <= device seconds <= sum_i d_i`` (the second: no overlap at all). Engine
+``e``'s ops occupy disjoint intervals inside ``[0, end_last]``, so its busy time never exceeds the
+device time. Collectives run on the CC-cores and are costed separately (``collectives.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from emulator.capture.ops import OpRecord
+from emulator.costmodel.dtypes import CostOptions
+from emulator.costmodel.engines import BUSY_ENGINES, Engine
+from emulator.costmodel.ops import DEFAULT_OPTIONS, OpCost, cost_op, hbm_stream_bandwidth
+from emulator.hardware.neuroncore_v2 import NEURONCORE_V2, NeuronCoreV2Spec
+
+
+@dataclass(frozen=True)
+class GraphCost:
+    device_seconds: float  # simulated execution time of the graph on one NeuronCore
+    busy: Mapping[str, float]  # engine name -> busy seconds (tensor, vector, scalar, gpsimd, dma)
+    flops: int  # sum of op FLOPs (matmul family)
+    hbm_bytes: int  # HBM bytes read + written
+    hbm_seconds: float  # hbm_bytes at the stream bandwidth: a lower bound of device_seconds
+    serial_seconds: float  # sum of op times: device time if nothing overlapped
+    op_count: int  # captured ops
+    device_op_count: int  # ops that cost time (not views / allocations)
+    unknown_ops: tuple[str, ...]  # normalized names costed with the unknown-op default
+    ops: tuple[OpCost, ...]
+
+    def utilization(self, engine: str) -> float:
+        """Busy fraction of an engine during the graph (0..1)."""
+        return self.busy[engine] / self.device_seconds if self.device_seconds else 0.0
+
+    @property
+    def tensor_utilization(self) -> float:
+        """TensorE busy fraction: the closest analogue of the NeuronCore utilization the tools show."""
+        return self.utilization(Engine.TENSOR.value)
+
+
+# VectorE and GpSimdE cannot access SBUF at the same time [A4]: they share one issue slot here.
+_SLOT: dict[Engine, Engine] = {Engine.GPSIMD: Engine.VECTOR}
+
+
+def schedule(costs: Sequence[OpCost]) -> float:
+    """End time of the pipelined chain of ``costs`` (see module docstring)."""
+    free: dict[Engine, float] = {}
+    prev_start = prev_first = prev_end = 0.0
+    for c in costs:
+        if c.seconds == 0:
+            continue
+        slot = _SLOT.get(c.engine, c.engine)
+        tile = (c.seconds - c.overhead_seconds) / c.tiles
+        start = max(free.get(slot, 0.0), prev_start + prev_first)
+        end = max(start + c.seconds, prev_end + tile)
+        free[slot] = end
+        prev_start, prev_first, prev_end = start, c.overhead_seconds + tile, end
+    return prev_end
+
+
+def cost_graph(
+    ops: Sequence[OpRecord], options: CostOptions = DEFAULT_OPTIONS, core: NeuronCoreV2Spec = NEURONCORE_V2
+) -> GraphCost:
+    """Device time, per-engine busy time, FLOPs and HBM traffic of one captured graph."""
+    costs = tuple(cost_op(op, options, core) for op in ops)
+    busy = {e.value: 0.0 for e in BUSY_ENGINES}
+    for c in costs:
+        if c.engine is not Engine.NONE:
+            busy[c.engine.value] += c.seconds
+    traffic = sum(c.hbm_bytes for c in costs)
+    hbm_seconds = traffic / hbm_stream_bandwidth(core)
+    device = max(schedule(costs), hbm_seconds, max(busy.values()))
+    return GraphCost(
+        device_seconds=device,
+        busy=MappingProxyType(busy),
+        flops=sum(c.flops for c in costs),
+        hbm_bytes=traffic,
+        hbm_seconds=hbm_seconds,
+        serial_seconds=sum(c.seconds for c in costs),
+        op_count=len(costs),
+        device_op_count=sum(1 for c in costs if c.seconds > 0),
+        unknown_ops=tuple(sorted({c.name for c in costs if not c.known})),
+        ops=costs,
+    )

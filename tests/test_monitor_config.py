@@ -291,13 +291,17 @@ class FakeDaemon:
     def __init__(self, clock: FakeClock, fail_at: set[int] | None = None) -> None:
         self.clock = clock
         self.fail_at = fail_at or set()
+        self.slow: dict[int, float] = {}  # get number -> seconds the fetch takes
         self.gets = 0
         self.posts: list[tuple[str, Any]] = []
         self.deletes: list[str] = []
 
     def get(self, path: str) -> Any:
+        if path.startswith("/processes/"):  # the daemon restarted: it forgot our registration
+            raise DaemonError(404, {"error": "not found"})
         assert path == "/snapshot"
         self.gets += 1
+        self.clock.now += self.slow.get(self.gets, 0.0)
         if self.gets in self.fail_at:
             raise DaemonUnavailable(DaemonAddress(socket_path="/tmp/fake.sock"), "connection refused")
         return snapshot_at(self.clock.now - self.clock.start)
@@ -528,3 +532,15 @@ def test_no_daemon_is_one_line_on_stderr(tmp_path: Path) -> None:
     assert proc.stderr.count("\n") == 1
     assert proc.stderr.startswith(f"neuron-monitor: error: no Neuron emulator daemon at {tmp_path / 'none.sock'}")
     assert "neuron-emulator up" in proc.stderr
+
+
+def test_slow_snapshot_skips_overrun_ticks(tmp_path: Path) -> None:
+    config = {"period": "1s", "system_metrics": [{"type": "memory_info"}]}
+    clock = FakeClock(3)
+    daemon = FakeDaemon(clock)
+    daemon.slow = {2: 2.5}  # the fetch at the 1 s tick takes 2.5 s: ticks 2 s and 3 s are overrun
+    (tmp_path / "m.json").write_text(json.dumps(config))
+    out = io.StringIO()
+    assert cli.main(["-c", str(tmp_path / "m.json")], client=daemon, stdout=out, clock=clock, sleep=clock.sleep) == 0
+    assert daemon.gets == len(out.getvalue().splitlines()) == 4
+    assert clock.wakes == [1.0, 4.0, 5.0]  # back on the grid, no burst of catch-up reports

@@ -1,0 +1,1 @@
+"""neuron-monitor: collect Neuron metric groups and print neuron-monitor JSON reports."""

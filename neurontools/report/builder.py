@@ -1,0 +1,190 @@
+"""Assemble neuron-monitor reports (spec/neuron-tools.md §3) from daemon snapshots.
+
+Each configured group is collected on its own schedule. ``ReportBuilder`` remembers, per group,
+the snapshot it was last collected from (its baseline) and its latest output; every report
+carries the latest output of every group collected so far (§3.3).
+
+First collection of a group (no baseline, e.g. the first report after start): gauge groups
+(``memory_used``, ``memory_info``) are reported with ``period`` 0; rate and per-period-count
+groups (``neuroncore_counters``, ``execution_stats``, ``neuron_runtime_vcpu_usage``,
+``vcpu_usage``, ``neuron_hw_counters``) are left out until their second collection, one period
+later. This reproduces the real tool's first line, which holds ``memory_info`` but not
+``vcpu_usage``. See ``groups`` for how processes that appear between collections are handled.
+
+Runtime entries list every Neuron runtime process of the current snapshot watched by a
+``neuron_runtimes`` entry (first matching ``tag_filter``), in the daemon's order; a process that
+exited disappears at once, a new one is listed with the groups collected for it so far (possibly
+none yet). ``tool`` processes are never listed.
+
+Daemon unreachable (``update_unavailable``): the runtime list is empty, due system groups carry
+the error with zero values, ``neuron_hardware_info`` carries the error with zero values (as the
+real tool does when the driver is gone), ``instance_info`` keeps the last known identity.
+Baselines are kept, so the first collection after the daemon comes back covers the outage.
+
+Reports share group objects with the builder's state: treat them as read-only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
+
+from neurontools.report import groups as g
+from neurontools.report.schema import (
+    APP_GROUPS,
+    EXECUTION_STATS,
+    MEMORY_INFO,
+    MEMORY_USED,
+    NEURON_HW_COUNTERS,
+    NEURON_RUNTIME_VCPU_USAGE,
+    NEURONCORE_COUNTERS,
+    SYSTEM_GROUPS,
+    VCPU_USAGE,
+)
+from neurontools.report.snapshot import ProcessSnapshot, Snapshot
+
+if TYPE_CHECKING:
+    from neurontools.inventory import HardwareInfo, InstanceIdentity
+    from neurontools.monitor.config import GroupKey, MonitorConfig
+
+Report = dict[str, Any]
+
+
+def app_group(group: str, base: Snapshot | None, cur: Snapshot, proc: ProcessSnapshot) -> g.Group | None:
+    """One application-level group of ``proc``; None when it cannot be computed yet."""
+    seconds = g.elapsed(base, cur)
+    if group == MEMORY_USED:
+        return g.memory_used(proc, seconds)
+    if base is None:
+        return None
+    before = base.process(proc.pid)
+    if group == NEURONCORE_COUNTERS:
+        return g.neuroncore_counters(before, proc, seconds)
+    if group == EXECUTION_STATS:
+        return g.execution_stats(before, proc, base.monotonic, cur.monotonic, seconds)
+    if group == NEURON_RUNTIME_VCPU_USAGE:
+        return g.runtime_vcpu_usage(before, proc, seconds)
+    raise ValueError(f"not an application-level group: {group!r}")
+
+
+def system_group(group: str, base: Snapshot | None, cur: Snapshot) -> g.Group | None:
+    """One system-level group; None when it cannot be computed yet."""
+    seconds = g.elapsed(base, cur)
+    if group == MEMORY_INFO:
+        return g.memory_info(cur, seconds)
+    if base is None:
+        return None
+    if group == VCPU_USAGE:
+        return g.vcpu_usage(base, cur, seconds)
+    if group == NEURON_HW_COUNTERS:
+        return g.neuron_hw_counters(base, cur, seconds)
+    raise ValueError(f"not a system-level group: {group!r}")
+
+
+class ReportBuilder:
+    """Stateful report assembly: per-group baselines and latest outputs."""
+
+    def __init__(self, config: MonitorConfig) -> None:
+        self.config = config
+        self._keys: tuple[GroupKey, ...] = config.group_keys()
+        self._base: dict[GroupKey, Snapshot] = {}
+        self._system: dict[str, g.Group] = {}
+        self._app: dict[int, dict[str, g.Group]] = {}  # pid -> group -> output
+        self._runtimes: list[tuple[int, str]] = []  # (pid, tag) of the listed processes
+        self._instance: InstanceIdentity | None = None
+        self._hardware: HardwareInfo | None = None
+        self._hardware_error = ""
+
+    @property
+    def group_keys(self) -> tuple[GroupKey, ...]:
+        return self._keys
+
+    def _due(self, due: Collection[GroupKey] | None) -> list[GroupKey]:
+        if due is None:
+            return list(self._keys)
+        return [key for key in self._keys if key in due]
+
+    def update(self, cur: Snapshot, due: Collection[GroupKey] | None = None) -> Report:
+        """Collect the ``due`` groups (default: all) from ``cur`` and return the full report."""
+        watched: list[tuple[ProcessSnapshot, int]] = []
+        for proc in cur.runtime_processes:
+            entry = self.config.runtime_for(proc.tag)
+            if entry is not None:
+                watched.append((proc, entry))
+        live = {proc.pid for proc, _ in watched}
+        self._app = {pid: outputs for pid, outputs in self._app.items() if pid in live}
+
+        for key in self._due(due):
+            runtime, group = key
+            base = self._base.get(key)
+            if runtime is None:
+                out = system_group(group, base, cur)
+                if out is None:
+                    self._system.pop(group, None)
+                else:
+                    self._system[group] = out
+            else:
+                for proc, entry in watched:
+                    if entry != runtime:
+                        continue
+                    outputs = self._app.setdefault(proc.pid, {})
+                    out = app_group(group, base, cur, proc)
+                    if out is None:
+                        outputs.pop(group, None)
+                    else:
+                        outputs[group] = out
+            self._base[key] = cur
+
+        self._runtimes = [(proc.pid, proc.tag) for proc, _ in watched]
+        self._instance, self._hardware, self._hardware_error = cur.instance, cur.hardware, ""
+        return self.report()
+
+    def update_unavailable(self, error: str, due: Collection[GroupKey] | None = None) -> Report:
+        """The daemon could not be read at a wake-up: report ``error`` where the data would be."""
+        for runtime, group in self._due(due):
+            if runtime is None:
+                self._system[group] = g.unavailable_system_group(group, error)
+        self._app.clear()
+        self._runtimes = []
+        self._hardware_error = error or "Neuron devices are not available"
+        return self.report()
+
+    def report(self) -> Report:
+        """The current report: latest output of every group collected so far."""
+        runtime_data = []
+        for pid, tag in self._runtimes:
+            outputs = self._app.get(pid, {})
+            runtime_data.append(
+                {
+                    "pid": pid,
+                    "neuron_runtime_tag": tag,
+                    "error": "",
+                    "report": {name: outputs[name] for name in APP_GROUPS if name in outputs},
+                }
+            )
+        hardware = None if self._hardware_error else self._hardware
+        return {
+            "neuron_runtime_data": runtime_data,
+            "system_data": {name: self._system[name] for name in SYSTEM_GROUPS if name in self._system},
+            "instance_info": g.instance_info(self._instance),
+            "neuron_hardware_info": g.hardware_info(hardware, self._hardware_error),
+        }
+
+
+def build_report(
+    prev: Snapshot | None,
+    cur: Snapshot,
+    config: MonitorConfig,
+    *,
+    groups_due: Collection[GroupKey] | None = None,
+) -> Report:
+    """The report for the period from ``prev`` to ``cur`` (stateless form of ``ReportBuilder``).
+
+    ``groups_due`` selects groups by key ``(runtime entry index or None, group type)``, see
+    ``MonitorConfig.group_keys()``; default: every configured group. ``prev=None`` gives a first
+    report (gauge groups only, period 0).
+    """
+    builder = ReportBuilder(config)
+    if prev is not None:
+        builder.update(prev, groups_due)
+    return builder.update(cur, groups_due)

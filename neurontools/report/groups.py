@@ -1,0 +1,281 @@
+"""One function per neuron-monitor group: turns a baseline and a current snapshot into the group object.
+
+Conventions (spec/neuron-tools.md §3):
+
+* every group object starts with ``period`` (seconds covered, from the daemon's monotonic clock,
+  rounded to nanoseconds) and ends with ``error``;
+* rates and per-period counts are differences of cumulative counters between the baseline and the
+  current snapshot; a counter that went backwards (a new process reusing a PID, a restarted daemon)
+  counts from zero, like a Prometheus counter reset;
+* a process missing from the baseline attached after it: its device counters (busy time, FLOPs,
+  executions, errors) started at zero when it attached, so they count from zero; its CPU times
+  are cumulative since the OS process started, so ``neuron_runtime_vcpu_usage`` has no baseline
+  and the group is left out for that process until its next collection (functions return None);
+* CPU percentages are rounded to 2 decimals the way Go's ``math.Round(x*100)/100`` does;
+  utilization is not rounded.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from neurontools.inventory import HardwareInfo, InstanceIdentity
+from neurontools.report.schema import (
+    CORE_MEMORY_KEYS,
+    ERROR_SUMMARY_KEYS,
+    EXECUTION_SUMMARY_KEYS,
+    HARDWARE_INFO_KEYS,
+    HOST_MEMORY_KEYS,
+    HW_COUNTER_KEYS,
+    INSTANCE_INFO_KEYS,
+    MEMORY_INFO,
+    NEURON_HW_COUNTERS,
+    PERCENTILES,
+    PROCESS_CPU_FIELDS,
+    SUBGRAPH_DEVICE_MEMORY_KEYS,
+    VCPU_FIELDS,
+    VCPU_USAGE,
+)
+from neurontools.report.snapshot import (
+    CoreCounters,
+    LoadedModel,
+    ProcessSnapshot,
+    Snapshot,
+    VcpuTimes,
+)
+
+Group = dict[str, Any]
+
+
+# -- arithmetic -----------------------------------------------------------------------------------
+
+
+def elapsed(prev: Snapshot | None, cur: Snapshot) -> float:
+    """Seconds between two snapshots on the daemon's monotonic clock (0 without a baseline)."""
+    if prev is None:
+        return 0.0
+    return max(cur.monotonic - prev.monotonic, 0.0)
+
+
+def period_value(seconds: float) -> float:
+    """The ``period`` field: seconds rounded to nanoseconds."""
+    return round(seconds, 9)
+
+
+def go_round2(value: float) -> float:
+    """``math.Round(value*100)/100`` as Go computes it (halves away from zero)."""
+    scaled = value * 100
+    whole = math.trunc(scaled)
+    if abs(scaled - whole) >= 0.5:
+        whole += math.copysign(1.0, scaled)
+    return whole / 100
+
+
+def counter_delta(cur: float, prev: float | None) -> float:
+    """Increase of a cumulative counter; a counter that went backwards restarted from zero."""
+    if prev is None or cur < prev:
+        return cur
+    return cur - prev
+
+
+def percentiles(values: Iterable[float]) -> dict[str, float] | None:
+    """Nearest-rank percentiles in the report's key order; None when there is no value."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        return None
+    return {key: ordered[max(math.ceil(p * n / 100), 1) - 1] for key, p in PERCENTILES}
+
+
+def _envelope(period: float, body: Mapping[str, Any], error: str = "") -> Group:
+    return {"period": period_value(period), **body, "error": error}
+
+
+# -- application-level groups ---------------------------------------------------------------------
+
+
+def neuroncore_counters(prev: ProcessSnapshot | None, cur: ProcessSnapshot, seconds: float) -> Group:
+    """Utilization (percent, not rounded) and FLOP/s of every core the process owns."""
+    zero = CoreCounters(busy=0.0, flops=0)
+    in_use: dict[str, Any] = {}
+    for core in sorted(set(cur.neuroncores) | set(cur.cores)):
+        now = cur.cores.get(core, zero)
+        before = prev.cores.get(core) if prev is not None else None
+        busy = counter_delta(now.busy, before.busy if before else None)
+        flops = counter_delta(now.flops, before.flops if before else None)
+        if seconds > 0:
+            utilization = min(max(busy / seconds * 100, 0.0), 100.0)
+            rate = int(flops / seconds)
+        else:
+            utilization, rate = 0.0, 0
+        in_use[str(core)] = {"neuroncore_utilization": float(utilization), "flops": rate}
+    return _envelope(seconds, {"neuroncores_in_use": in_use})
+
+
+def execution_stats(
+    prev: ProcessSnapshot | None, cur: ProcessSnapshot, since: float, until: float, seconds: float
+) -> Group:
+    """Executions and errors during the period, latency percentiles of executions that ended in it."""
+    errors = {
+        k: int(counter_delta(getattr(cur.errors, k), getattr(prev.errors, k) if prev else None))
+        for k in ERROR_SUMMARY_KEYS
+    }
+    executions = {
+        k: int(counter_delta(getattr(cur.executions, k), getattr(prev.executions, k) if prev else None))
+        for k in EXECUTION_SUMMARY_KEYS
+    }
+    finished = [lat for lat in cur.latencies if since < lat.end <= until]
+    latency = {
+        "total_latency": percentiles(lat.total for lat in finished),
+        "device_latency": percentiles(lat.device for lat in finished),
+    }
+    return _envelope(seconds, {"error_summary": errors, "execution_summary": executions, "latency_stats": latency})
+
+
+def _loaded_model(model: LoadedModel) -> dict[str, Any]:
+    subgraphs = {}
+    for name in sorted(model.subgraphs):  # a Go map: keys sorted
+        sg = model.subgraphs[name]
+        subgraphs[name] = {
+            "memory_used_bytes": {
+                "host": sg.host,
+                "neuron_device": sg.neuron_device,
+                "usage_breakdown": {
+                    "host": {k: getattr(sg.host_breakdown, k) for k in HOST_MEMORY_KEYS},
+                    "neuron_device": {k: getattr(sg.device_breakdown, k) for k in SUBGRAPH_DEVICE_MEMORY_KEYS},
+                },
+            },
+            "neuroncore_index": sg.neuroncore_index,
+            "neuron_device_index": sg.neuron_device_index,
+        }
+    return {
+        "name": model.name,
+        "uuid": model.uuid,
+        "model_id": model.model_id,
+        "is_running": model.is_running,
+        "subgraphs": subgraphs,
+    }
+
+
+def memory_used(cur: ProcessSnapshot, seconds: float) -> Group:
+    """Current memory of the process (gauges): totals are the sums of their categories."""
+    mem = cur.memory
+    per_core = {
+        str(core): {k: getattr(usage, k) for k in CORE_MEMORY_KEYS} for core, usage in sorted(mem.cores.items())
+    }
+    used = {
+        "host": mem.host.total,
+        "neuron_device": sum(usage.total for usage in mem.cores.values()),
+        "usage_breakdown": {
+            "host": {k: getattr(mem.host, k) for k in HOST_MEMORY_KEYS},
+            "neuroncore_memory_usage": per_core,
+        },
+    }
+    return _envelope(
+        seconds, {"neuron_runtime_used_bytes": used, "loaded_models": [_loaded_model(m) for m in cur.loaded_models]}
+    )
+
+
+def runtime_vcpu_usage(prev: ProcessSnapshot | None, cur: ProcessSnapshot, seconds: float) -> Group | None:
+    """CPU time of the process during the period, in percent of one vCPU (rounded to 2 decimals).
+
+    Unreadable CPU times give zeros and the daemon's ``cpu_error``; no baseline gives None.
+    """
+    if cur.cpu is None:
+        error = cur.cpu_error or f"CPU times of process {cur.pid} are not readable"
+        return _envelope(seconds, {"vcpu_usage": dict.fromkeys(PROCESS_CPU_FIELDS, 0.0)}, error)
+    if prev is None or prev.cpu is None:
+        return None
+    usage = {}
+    for k in PROCESS_CPU_FIELDS:
+        spent = counter_delta(getattr(cur.cpu, k), getattr(prev.cpu, k))
+        usage[k] = go_round2(spent / seconds * 100) if seconds > 0 else 0.0
+    return _envelope(seconds, {"vcpu_usage": usage})
+
+
+# -- system-level groups --------------------------------------------------------------------------
+
+
+def memory_info(cur: Snapshot, seconds: float) -> Group:
+    mem = cur.host.memory
+    return _envelope(
+        seconds,
+        {
+            "memory_total_bytes": mem.total,
+            "memory_used_bytes": mem.used,
+            "swap_total_bytes": mem.swap_total,
+            "swap_used_bytes": mem.swap_used,
+        },
+    )
+
+
+def _cpu_shares(prev: VcpuTimes, cur: VcpuTimes) -> dict[str, float] | None:
+    spent = {k: max(getattr(cur, k) - getattr(prev, k), 0.0) for k in VCPU_FIELDS}
+    total = sum(spent.values())
+    if total <= 0:
+        return None
+    return {k: v / total * 100 for k, v in spent.items()}
+
+
+def vcpu_usage(prev: Snapshot, cur: Snapshot, seconds: float) -> Group:
+    """Per-vCPU shares of time by state (sum ~100) and their mean, context switches during the period.
+
+    A vCPU without elapsed time (or new since the baseline) shows zeros and is left out of the mean.
+    """
+    usage_data: dict[str, dict[str, float]] = {}
+    shares_list = []
+    for i, now in enumerate(cur.host.vcpus):
+        shares = _cpu_shares(prev.host.vcpus[i], now) if i < len(prev.host.vcpus) else None
+        if shares is not None:
+            shares_list.append(shares)
+        usage_data[str(i)] = {k: go_round2(shares[k]) if shares else 0.0 for k in VCPU_FIELDS}
+    average = {
+        k: go_round2(sum(s[k] for s in shares_list) / len(shares_list)) if shares_list else 0.0 for k in VCPU_FIELDS
+    }
+    switches = int(counter_delta(cur.host.context_switches, prev.host.context_switches))
+    return _envelope(seconds, {"average_usage": average, "usage_data": usage_data, "context_switch_count": switches})
+
+
+def neuron_hw_counters(prev: Snapshot, cur: Snapshot, seconds: float) -> Group:
+    """ECC events per device during the period, devices in index order."""
+    before = {d.neuron_device_index: d for d in prev.hardware_counters}
+    devices = []
+    for dev in sorted(cur.hardware_counters, key=lambda d: d.neuron_device_index):
+        old = before.get(dev.neuron_device_index)
+        entry: dict[str, int] = {"neuron_device_index": dev.neuron_device_index}
+        for k in HW_COUNTER_KEYS:
+            entry[k] = int(counter_delta(getattr(dev, k), getattr(old, k) if old else None))
+        devices.append(entry)
+    return _envelope(seconds, {"neuron_devices": devices})
+
+
+def unavailable_system_group(group: str, error: str) -> Group:
+    """A system group that could not be collected: zero values (as Go writes an empty struct) and the error."""
+    if group == MEMORY_INFO:
+        body: dict[str, Any] = dict.fromkeys(
+            ("memory_total_bytes", "memory_used_bytes", "swap_total_bytes", "swap_used_bytes"), 0
+        )
+    elif group == VCPU_USAGE:
+        body = {"average_usage": dict.fromkeys(VCPU_FIELDS, 0.0), "usage_data": {}, "context_switch_count": 0}
+    elif group == NEURON_HW_COUNTERS:
+        body = {"neuron_devices": []}
+    else:
+        raise ValueError(f"not a system-level group: {group!r}")
+    return _envelope(0.0, body, error)
+
+
+# -- always-present objects -----------------------------------------------------------------------
+
+
+def instance_info(instance: InstanceIdentity | None, error: str = "") -> dict[str, Any]:
+    values = instance.to_dict() if instance is not None else {}
+    return {**{k: values.get(k, "") for k in INSTANCE_INFO_KEYS}, "error": error}
+
+
+def hardware_info(hardware: HardwareInfo | None, error: str = "") -> dict[str, Any]:
+    """``neuron_hardware_info``; without hardware (driver/daemon gone) zero values and the error."""
+    values = hardware.to_dict() if hardware is not None else {}
+    body = {k: values.get(k, "" if kind is str else 0) for k, kind in HARDWARE_INFO_KEYS}
+    return {**body, "error": error}

@@ -74,6 +74,10 @@ def _build_parser() -> argparse.ArgumentParser:
     ident.add_argument("--ami-id", metavar="AMI", help="e.g. ami-0123456789abcdef0")
     ident.add_argument("--subnet-id", metavar="SUBNET", help="e.g. subnet-0123456789abcdef0")
 
+    from emulator.workloads.cli import add_subcommands
+
+    workload_handlers = add_subcommands(sub)
+
     for name, text in (
         ("down", "stop the daemon"),
         ("status", "show whether a daemon runs and what it holds"),
@@ -83,6 +87,7 @@ def _build_parser() -> argparse.ArgumentParser:
         p.add_argument("--port", type=int, metavar="N", help="daemon on 127.0.0.1:N")
         if name == "status":
             p.add_argument("--json", action="store_true", help="print the daemon's status object as JSON")
+    parser.set_defaults(workload_handlers=workload_handlers)
     return parser
 
 
@@ -247,7 +252,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
-    handlers = {"up": _cmd_up, "down": _cmd_down, "status": _cmd_status}
+    handlers = {"up": _cmd_up, "down": _cmd_down, "status": _cmd_status, **args.workload_handlers}
     try:
         return handlers[args.command](args)
     except (CliError, AddressError) as exc:

@@ -364,15 +364,19 @@ def test_launcher_passes_each_worker_error_once(capsys: pytest.CaptureFixture[st
 
     stream = io.StringIO(
         "W1122 torch.distributed.run: Setting OMP_NUM_THREADS environment variable for each process\n"
-        "neuron-emulator: error: NRT_RESOURCE: out of device memory\n"
-        "neuron-emulator: error: NRT_RESOURCE: out of device memory\n"
+        'neuron-emulator: error-json: "NRT_RESOURCE: Failed to allocate\\n  * total: 15.844GB"\n'
+        'neuron-emulator: error-json: "NRT_RESOURCE: Failed to allocate\\n  * total: 15.844GB"\n'
+        "neuron-emulator: error: --steps '0': expected a positive integer\n"
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
     )
     held: list[str] = []
     passed: set[str] = set()
     _pump(stream, held, passed, threading.Lock())
-    assert capsys.readouterr().err == "neuron-emulator: error: NRT_RESOURCE: out of device memory\n"
-    assert len(held) == 4
+    assert capsys.readouterr().err == (
+        "neuron-emulator: error: NRT_RESOURCE: Failed to allocate\n  * total: 15.844GB\n"
+        "neuron-emulator: error: --steps '0': expected a positive integer\n"
+    )
+    assert len(held) == 5
     argv = torchrun_argv(2, ["mlp", "--steps", "3"])
     assert argv[-8:] == [
         "--standalone",
@@ -384,3 +388,15 @@ def test_launcher_passes_each_worker_error_once(capsys: pytest.CaptureFixture[st
         "--steps",
         "3",
     ]
+
+
+def test_worker_errors_are_json_lines(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from emulator.workloads.errors import FORMAT_ENV, decode_error_line, report_error
+
+    report_error("a\nb")
+    assert capsys.readouterr().err == "neuron-emulator: error: a\nb\n"
+    monkeypatch.setenv(FORMAT_ENV, "json")
+    report_error("a\nb")
+    line = capsys.readouterr().err
+    assert line.count("\n") == 1
+    assert decode_error_line(line.rstrip("\n")) == "a\nb"

@@ -149,6 +149,14 @@ def create_app(registry: Registry, info: DaemonInfo, *, reap_interval: float = R
         except ValueError as exc:
             raise ClaimError(str(exc), http_status=400, nrt_status="NRT_INVALID") from None
 
+    @app.get("/v1/processes/{pid}/memory", responses=errors, tags=["telemetry"])
+    async def memory(pid: int) -> dict[str, object]:
+        """Device memory of the process per NeuronCore and category (bytes), with its peak."""
+        proc = registry.get(pid)
+        if proc is None:
+            raise ClaimError(f"process {pid} is not attached", http_status=404, nrt_status="NRT_INVALID")
+        return telemetry.memory(proc)
+
     @app.get("/v1/snapshot", tags=["telemetry"])
     async def snapshot() -> dict[str, object]:
         """Cumulative counters and current gauges of every runtime process, and the real host

@@ -162,10 +162,19 @@ class Telemetry:
                 state.models[int(model["model_id"])] = {**model, "core": core}
 
     # -- reading -----------------------------------------------------------------------------
-    def peak_memory(self, pid: int) -> dict[int, int]:
+    def memory(self, proc: NeuronProcess) -> dict[str, Any]:
+        """Device bytes per owned core by category, with the ledger's high-water mark ``peak``."""
         with self._lock:
-            state = self._procs.get(pid)
-            return dict(state.peak_memory) if state else {}
+            state = self._state(proc)
+            return {
+                "cores": {
+                    str(c): {
+                        **(state.core_memory.get(c) or dict.fromkeys(CORE_CATEGORIES, 0)),
+                        "peak": state.peak_memory.get(c, 0),
+                    }
+                    for c in sorted(state.cores)
+                }
+            }
 
     def snapshot(self, processes: list[NeuronProcess]) -> dict[str, Any]:
         now = time.monotonic()

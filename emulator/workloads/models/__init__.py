@@ -1,0 +1,1 @@
+"""Model definitions of the built-in workloads: plain ``nn.Module`` classes with config dataclasses."""

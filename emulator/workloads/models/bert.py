@@ -1,0 +1,101 @@
+"""BERT-style bidirectional encoder with a masked-language-model head (post-LayerNorm layers,
+word + position + segment embeddings, MLM decoder tied to the word embedding)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from emulator.workloads.models.layers import FeedForward, SelfAttention
+
+IGNORE_INDEX = -100  # label of positions that are not predicted
+
+
+@dataclass(frozen=True)
+class BertConfig:
+    vocab_size: int
+    n_layers: int
+    hidden: int
+    n_heads: int
+    max_seq_len: int
+    intermediate: int = 0  # 0 = 4 x hidden
+    type_vocab_size: int = 2
+
+    @property
+    def ff_width(self) -> int:
+        return self.intermediate or 4 * self.hidden
+
+
+# Byte-level encoder for real MLM training on a CPU: 256 byte values + [MASK].
+BERT_TINY = BertConfig(vocab_size=257, n_layers=4, hidden=128, n_heads=4, max_seq_len=256)
+# BERT-Large (Devlin et al. 2018): 24 layers, hidden 1024, 16 heads, FFN 4096, 512 positions,
+# 30522 WordPiece tokens (uncased vocabulary).
+BERT_LARGE = BertConfig(vocab_size=30522, n_layers=24, hidden=1024, n_heads=16, max_seq_len=512)
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: BertConfig) -> None:
+        super().__init__()
+        self.attn = SelfAttention(cfg.hidden, cfg.n_heads, causal=False)
+        self.ln1 = nn.LayerNorm(cfg.hidden, eps=1e-12)
+        self.ff = FeedForward(cfg.hidden, cfg.ff_width)
+        self.ln2 = nn.LayerNorm(cfg.hidden, eps=1e-12)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.ln1(x + self.attn(x))
+        return self.ln2(x + self.ff(x))
+
+
+class MLMHead(nn.Module):
+    """Transform (dense + GELU + LayerNorm), then scores over the vocabulary."""
+
+    def __init__(self, cfg: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden, cfg.hidden)
+        self.ln = nn.LayerNorm(cfg.hidden, eps=1e-12)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+
+    def forward(self, x: torch.Tensor, word_embedding: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.ln(F.gelu(self.dense(x))), word_embedding, self.bias)
+
+
+class BertMLM(nn.Module):
+    def __init__(self, cfg: BertConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.words = nn.Embedding(cfg.vocab_size, cfg.hidden)
+        self.positions = nn.Embedding(cfg.max_seq_len, cfg.hidden)
+        self.segments = nn.Embedding(cfg.type_vocab_size, cfg.hidden)
+        self.ln_embed = nn.LayerNorm(cfg.hidden, eps=1e-12)
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
+        self.mlm = MLMHead(cfg)
+        self.apply(_init_weights)
+
+    def forward(self, ids: torch.Tensor, segment_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Token ids ``(B, T)`` -> vocabulary scores ``(B, T, vocab)`` at every position."""
+        seq = ids.shape[1]
+        if seq > self.cfg.max_seq_len:
+            raise ValueError(f"sequence length {seq} exceeds the model's maximum {self.cfg.max_seq_len}")
+        if segment_ids is None:
+            segment_ids = torch.zeros_like(ids)
+        pos = torch.arange(seq, device=ids.device)
+        x = self.ln_embed(self.words(ids) + self.positions(pos) + self.segments(segment_ids))
+        for layer in self.layers:
+            x = layer(x)
+        return self.mlm(x, self.words.weight)
+
+    def loss(self, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy over the masked positions (labels elsewhere are ``IGNORE_INDEX``)."""
+        logits = self(ids)
+        return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
+
+
+def _init_weights(module: nn.Module) -> None:
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, std=0.02)
+        nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=0.02)

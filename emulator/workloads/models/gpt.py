@@ -1,0 +1,80 @@
+"""Decoder-only transformer language model (GPT-2/GPT-3 layout: pre-LayerNorm blocks, learned
+positions, output projection tied to the token embedding)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from emulator.workloads.models.layers import FeedForward, SelfAttention
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int
+    n_layers: int
+    d_model: int
+    n_heads: int
+    max_seq_len: int
+    d_ff: int = 0  # 0 = 4 x d_model
+
+    @property
+    def ff_width(self) -> int:
+        return self.d_ff or 4 * self.d_model
+
+
+# Character-level model for real training on a CPU (byte vocabulary).
+GPT_TINY = GPTConfig(vocab_size=256, n_layers=4, d_model=128, n_heads=4, max_seq_len=256)
+# GPT-3 6.7B (Brown et al. 2020, table 2.1): 32 layers, d_model 4096, 32 heads, context 2048;
+# vocabulary 50257 BPE tokens padded to 50304 (a multiple of 128), as Megatron-LM does.
+GPT3_6_7B = GPTConfig(vocab_size=50304, n_layers=32, d_model=4096, n_heads=32, max_seq_len=2048)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.attn = SelfAttention(cfg.d_model, cfg.n_heads, causal=True)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.ff = FeedForward(cfg.d_model, cfg.ff_width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.ff(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.positions = nn.Embedding(cfg.max_seq_len, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.apply(_init_weights)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Token ids ``(B, T)`` -> next-token logits ``(B, T, vocab)``."""
+        seq = ids.shape[1]
+        if seq > self.cfg.max_seq_len:
+            raise ValueError(f"sequence length {seq} exceeds the model's maximum {self.cfg.max_seq_len}")
+        pos = torch.arange(seq, device=ids.device)
+        x = self.tokens(ids) + self.positions(pos)
+        for block in self.blocks:
+            x = block(x)
+        return F.linear(self.ln_f(x), self.tokens.weight)  # output projection tied to the embedding
+
+    def loss(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = self(ids)
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+
+def _init_weights(module: nn.Module) -> None:
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, std=0.02)
+        nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=0.02)

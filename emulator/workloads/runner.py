@@ -1,0 +1,230 @@
+"""The training loop of every built-in workload, and the summary of a run.
+
+One loop for both kinds: build the task, move model and inputs to the device, then per step
+``zero_grad -> loss -> backward -> xm.optimizer_step`` (gradient all-reduce across ranks, optimizer
+step, ``mark_step``). Real-math workloads read the loss after the step; model-scale ones never
+read a value. Each step's figures come from the emulated device (``xm.last_step()``) when it
+reports them, else from this host's wall clock, and say which.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+import emulator.xla as xm
+from emulator.workloads import WorkloadSpec
+from emulator.workloads.backend import CpuBackend, StepInfo, XlaBackend
+from emulator.workloads.errors import report_error
+from emulator.workloads.hbm import HbmPeak
+from emulator.workloads.progress import Reporter, make_reporter
+from emulator.workloads.tasks import Task, TaskOptions
+from neurontools.sources.address import AddressError
+from neurontools.sources.daemon_client import DaemonClient
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# AdamW's default eps (1e-8) is 0 in fp16; 1e-4 is the smallest that keeps fp16 updates finite
+# (measured: 1e-6 still overflows m / (sqrt(v) + eps) to inf on gpt-tiny and mlp).
+ADAM_EPS = {"fp32": 1e-8, "bf16": 1e-8, "fp16": 1e-4}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    spec: WorkloadSpec
+    steps: int
+    batch_size: int
+    seq_len: int | None
+    dtype: str
+    lr: float
+    seed: int = 0
+
+    @classmethod
+    def defaults(cls, spec: WorkloadSpec, **overrides: object) -> RunConfig:
+        values: dict[str, object] = {
+            "steps": spec.steps,
+            "batch_size": spec.batch_size,
+            "seq_len": spec.seq_len,
+            "dtype": spec.dtype,
+            "lr": spec.lr,
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(spec=spec, **values)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class StepStats:
+    step: int
+    loss: float | None  # None for model-scale workloads (meta tensors hold no values)
+    wall_seconds: float  # this host's wall time for the whole step
+    samples: int  # samples processed by all ranks in this step
+    device: StepInfo | None = None  # what the emulated device reported, if anything
+
+    @property
+    def device_seconds(self) -> float | None:
+        return self.device.device_seconds if self.device else None
+
+    @property
+    def compiled(self) -> bool | None:
+        return self.device.compiled if self.device else None
+
+
+@dataclass(frozen=True)
+class RunHeader:
+    workload: str
+    kind: str
+    parameters: int
+    steps: int
+    batch_size: int
+    seq_len: int | None
+    dtype: str
+    lr: float
+    world_size: int
+    neuroncores: tuple[int, ...]
+    sample_unit: str
+    real_math: bool
+
+
+@dataclass
+class RunResult:
+    header: RunHeader
+    steps: list[StepStats] = field(default_factory=list)
+    wall_seconds: float = 0.0
+    hbm_peak: dict[int, int] | None = None
+    hbm_reason: str = ""
+
+    @property
+    def losses(self) -> list[float]:
+        return [s.loss for s in self.steps if s.loss is not None]
+
+    @property
+    def first_loss(self) -> float | None:
+        return self.losses[0] if self.losses else None
+
+    @property
+    def final_loss(self) -> float | None:
+        return self.losses[-1] if self.losses else None
+
+
+def _place(batch: Sequence[torch.Tensor], device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """Move the inputs to the device (meta stays meta while the device is the CPU); cast float inputs."""
+    placed = []
+    for t in batch:
+        if t.is_floating_point():
+            t = t.to(dtype)
+        if not (t.is_meta and device.type == "cpu"):
+            t = t.to(device)
+        placed.append(t)
+    return tuple(placed)
+
+
+def _place_model(task: Task, device: torch.device, dtype: torch.dtype) -> None:
+    task.model.to(dtype)
+    if not (task.on_meta and device.type == "cpu"):
+        task.model.to(device)
+
+
+def _init_distributed(world_size: int) -> bool:
+    """Join the torchrun job's process group (gloo) when there is more than one rank."""
+    import torch.distributed as dist
+
+    if world_size < 2 or dist.is_initialized():
+        return False
+    dist.init_process_group("gloo")
+    return True
+
+
+def _one_step(
+    task: Task, optimizer: torch.optim.Optimizer, backend: XlaBackend, device: torch.device, dtype: torch.dtype
+) -> float | None:
+    """One optimizer step; the loss (read after the step ends) for real math, else ``None``."""
+    batch = _place(next(task.batches), device, dtype)
+    optimizer.zero_grad(set_to_none=True)
+    loss = task.model.loss(*batch)
+    loss.backward()
+    backend.optimizer_step(optimizer)  # gradient all-reduce, optimizer.step(), mark_step()
+    return None if task.on_meta else float(loss.item())
+
+
+def train(config: RunConfig, backend: XlaBackend, reporter: Reporter) -> RunResult:
+    """Run ``config.steps`` optimizer steps; raises ``xm.NeuronRuntimeError`` from the runtime."""
+    started = time.perf_counter()
+    rank, world = backend.rank(), backend.world_size()
+    if backend.attaches and "NEURON_PROCESS_TAG" not in os.environ:
+        os.environ["NEURON_PROCESS_TAG"] = config.spec.name if world == 1 else f"{config.spec.name}-rank{rank}"
+    try:
+        device = backend.device()
+    except ValueError as exc:  # a bad runtime setting in the environment (e.g. NEURON_CC_FLAGS)
+        raise xm.NeuronRuntimeError("NRT_INVALID", str(exc)) from None
+    own_group = _init_distributed(world)
+    try:
+        options = TaskOptions(config.batch_size, config.seq_len, seed=config.seed, rank=rank, world_size=world)
+        task = config.spec.build(options)
+        result = RunResult(_header(config, task, backend, world))
+        reporter.start(result.header)
+        dtype = TORCH_DTYPES[config.dtype]
+        _place_model(task, device, dtype)  # the weights' device memory is allocated here
+        optimizer = torch.optim.AdamW(task.model.parameters(), lr=config.lr, eps=ADAM_EPS[config.dtype])
+        hbm = HbmPeak(_daemon_client() if backend.attaches else None)
+        for step in range(1, config.steps + 1):
+            t0 = time.perf_counter()
+            loss = _one_step(task, optimizer, backend, device, dtype)
+            stats = StepStats(step, loss, time.perf_counter() - t0, config.batch_size * world, backend.last_step())
+            result.steps.append(stats)
+            hbm.sample()
+            reporter.step(stats)
+        result.wall_seconds = time.perf_counter() - started
+        result.hbm_peak, result.hbm_reason = hbm.peak(), hbm.reason
+        reporter.finish(result)
+        return result
+    finally:
+        reporter.close()
+        if own_group:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+def _header(config: RunConfig, task: Task, backend: XlaBackend, world: int) -> RunHeader:
+    return RunHeader(
+        workload=config.spec.name,
+        kind=config.spec.kind,
+        parameters=task.parameters,
+        steps=config.steps,
+        batch_size=config.batch_size,
+        seq_len=config.seq_len,
+        dtype=config.dtype,
+        lr=config.lr,
+        world_size=world,
+        neuroncores=backend.neuroncores(),
+        sample_unit=config.spec.sample_unit,
+        real_math=not task.on_meta,
+    )
+
+
+def _daemon_client() -> DaemonClient | None:
+    try:
+        return DaemonClient(timeout=2.0)
+    except AddressError:
+        return None
+
+
+def run(config: RunConfig, *, backend: XlaBackend | None = None, reporter: Reporter | None = None) -> int:
+    """Train and print progress and summary (rank 0 only); exit status: 0, 1 on a runtime error."""
+    backend = backend if backend is not None else XlaBackend()
+    if reporter is None:
+        reporter = make_reporter(quiet=backend.rank() != 0)
+    try:
+        train(config, backend, reporter)
+    except xm.NeuronRuntimeError as exc:  # refused cores, out of device memory, no daemon, ...
+        report_error(str(exc))
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+__all__ = ["CpuBackend", "RunConfig", "RunResult", "StepStats", "XlaBackend", "run", "train"]

@@ -1,0 +1,33 @@
+"""One rank of a data-parallel run, started by torchrun: ``python -m emulator.workloads.worker NAME ...``.
+
+Takes the same training flags as ``neuron-emulator run`` (the core selection arrives through
+``NEURON_RT_VISIBLE_CORES`` and torchrun's ``LOCAL_RANK``); rank 0 reports progress.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from emulator.workloads.cli import ArgumentError, add_training_arguments, config_from_args, run_environment
+from emulator.workloads.errors import report_error
+from emulator.workloads.runner import run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m emulator.workloads.worker")
+    add_training_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ArgumentError as exc:
+        report_error(str(exc))
+        return 1
+    os.environ.update(run_environment(args, os.environ))  # --auto-cast -> NEURON_CC_FLAGS
+    return run(config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

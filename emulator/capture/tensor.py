@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
 
 DEVICE_TYPE = "lazy"
 DEVICE = torch.device(DEVICE_TYPE, 0)
@@ -99,46 +98,76 @@ def wrap_new(out: torch.Tensor) -> NeuronTensor:
     return wrapped
 
 
+# ATen arguments are tensors, scalars, devices, or one level of list/tuple of them (cat, stack,
+# _foreach_*); these flat walks replace the generic pytree, which costs more than small ops do.
+def _unwrap_seq(values: Any, seen: dict[int, NeuronTensor]) -> Any:
+    out = []
+    for v in values:
+        if isinstance(v, NeuronTensor):
+            seen[id(v._inner)] = v
+            out.append(v._inner)
+        elif type(v) in (list, tuple):
+            out.append(type(v)(_unwrap_seq(v, seen)))
+        else:
+            out.append(v)
+    return out
+
+
+def _rewrap(x: Any, seen: dict[int, NeuronTensor]) -> Any:
+    if isinstance(x, torch.Tensor):
+        same = seen.get(id(x))
+        return same if same is not None else wrap_new(x)  # in-place/out=: the argument itself
+    if type(x) in (list, tuple):
+        return type(x)(_rewrap(v, seen) for v in x)
+    return x
+
+
 def _run_on_device(func: Any, args: tuple, kwargs: dict) -> Any:
-    flat_in, _ = tree_flatten((args, kwargs))
-    inners = {id(t._inner): t for t in flat_in if isinstance(t, NeuronTensor)}
-    u_args = tree_map(unwrap, args)
-    u_kwargs = tree_map(_host_device, tree_map(unwrap, kwargs))
+    seen: dict[int, NeuronTensor] = {}
+    u_args = tuple(_unwrap_seq(args, seen))
+    u_kwargs = {}
+    for k, v in kwargs.items():
+        if isinstance(v, NeuronTensor):
+            seen[id(v._inner)] = v
+            u_kwargs[k] = v._inner
+        elif type(v) in (list, tuple):
+            u_kwargs[k] = type(v)(_unwrap_seq(v, seen))
+        else:
+            u_kwargs[k] = _host_device(v)
     out = func(*u_args, **u_kwargs)
 
     target = kwargs.get("device")
     to_host = target is not None and not is_device(target)  # e.g. .cpu(): results leave the device
-
-    def rewrap(x: Any) -> Any:
-        if not isinstance(x, torch.Tensor) or to_host:
-            return x
-        same = inners.get(id(x))
-        if same is not None:  # in-place op or out=: the result is the argument itself
-            return same
-        return wrap_new(x)
-
-    result = tree_map(rewrap, out)
+    result = out if to_host else _rewrap(out, seen)
     if hooks.on_op is not None:
         hooks.on_op(DEVICE_TO_HOST if to_host else str(func._overloadpacket), func, u_args, u_kwargs, out)
     return result
 
 
+def _create_on_device(func: Any, args: tuple, kwargs: dict) -> Any:
+    """A host op that asks for ``device=lazy``: run it on the host, wrap what it makes."""
+    source = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    if source is not None and source.is_meta:
+        hooks.meta_mode = True  # a model-scale workload moves meta tensors to the device
+    host_kwargs = dict(kwargs)
+    host_kwargs["device"] = _META if hooks.meta_mode else _HOST
+    out = func(*args, **host_kwargs)
+    result = _rewrap(out, {})
+    if hooks.on_op is not None:
+        hooks.on_op(HOST_TO_DEVICE, func, args, host_kwargs, out)
+    return result
+
+
 class DeviceMode(TorchDispatchMode):
-    """Turns host tensors into device tensors where an op asks for ``device=lazy``."""
+    """Runs device ops (on :class:`NeuronTensor`) and turns host tensors into device tensors
+    where an op asks for ``device=lazy``. Inside this handler the mode is off, so the inner ops
+    it runs are plain PyTorch; ops on other threads without the mode (autograd's workers) reach
+    :meth:`NeuronTensor.__torch_dispatch__` instead, which does the same."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if any(issubclass(t, NeuronTensor) for t in types):
-            return NotImplemented  # let NeuronTensor.__torch_dispatch__ handle it
-        if not is_device(kwargs.get("device")):
-            return func(*args, **kwargs)
-        source = next((a for a in tree_flatten(args)[0] if isinstance(a, torch.Tensor)), None)
-        if source is not None and source.is_meta:
-            hooks.meta_mode = True  # a model-scale workload moves meta tensors to the device
-        host_kwargs = dict(kwargs)
-        host_kwargs["device"] = _META if hooks.meta_mode else _HOST
-        out = func(*args, **host_kwargs)
-        result = tree_map(lambda x: wrap_new(x) if isinstance(x, torch.Tensor) else x, out)
-        if hooks.on_op is not None:
-            hooks.on_op(HOST_TO_DEVICE, func, args, host_kwargs, out)
-        return result
+        if NeuronTensor in types:
+            return _run_on_device(func, args, kwargs)
+        if is_device(kwargs.get("device")):
+            return _create_on_device(func, args, kwargs)
+        return func(*args, **kwargs)

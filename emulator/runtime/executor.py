@@ -25,6 +25,7 @@ from emulator.capture.ops import CollectiveRecord
 from emulator.capture.recorder import Recorder
 from emulator.costmodel import (
     CostOptions,
+    GraphCost,
     compile_cost,
     cost_collective,
     cost_graph,
@@ -85,6 +86,8 @@ class DeviceRuntime:
         cache_dir, flags = cache_settings(env)
         self.cache = CompileCache(cache_dir, flags)
         self._collectives: list[CollectiveRecord] = []
+        self._graph_costs: dict[str, GraphCost] = {}
+        self._digests: dict[tuple, str] = {}  # captured graph key -> stable graph hash
         self._step = 0
         self._last_mark = time.monotonic()
         self.last: StepResult | None = None
@@ -123,20 +126,28 @@ class DeviceRuntime:
 
     def _mark_step(self) -> StepResult | None:
         called = time.monotonic()
-        ops = self.recorder.take()
+        captured = self.recorder.take_graph()
         collectives, self._collectives = self._collectives, []
-        if not ops and not collectives:
+        if not len(captured) and not collectives:
             return None
         self._step += 1
-        digest = graph_hash(ops)
+        digest = self._digests.get(captured.key)
+        ops = None
+        if digest is None:  # a graph not seen in this process: its records and stable hash, once
+            ops = captured.ops()
+            digest = self._digests[captured.key] = graph_hash(ops)
         model = self.cache.loaded(digest)
         compile_seconds = 0.0
         cache_hit = model is not None
         if model is None:
+            ops = ops if ops is not None else captured.ops()
             model, compile_seconds, cache_hit = self._compile_and_load(digest, ops)
         else:
             self.cache.hits += 1  # in-memory JIT cache
-        graph = cost_graph(ops, self.options, self.instance_type.chip.core)
+        graph = self._graph_costs.get(digest)
+        if graph is None:  # the same graph always costs the same: compute it once per graph
+            ops = ops if ops is not None else captured.ops()
+            graph = self._graph_costs[digest] = cost_graph(ops, self.options, self.instance_type.chip.core)
         comm = sum(cost_collective(c, self.links) for c in collectives)
         device_seconds = graph.device_seconds + comm
         outcome = self._outcome(device_seconds)
@@ -155,7 +166,7 @@ class DeviceRuntime:
             compiled=compile_seconds > 0,
             cache_hit=cache_hit,
             outcome=outcome,
-            ops=len(ops),
+            ops=len(captured),
             engines=dict(graph.busy),
         )
         self._last_mark = now

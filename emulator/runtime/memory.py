@@ -79,7 +79,7 @@ class MemoryLedger:
         # re-entrant: a garbage collection inside a locked section may run _release finalizers
         self._lock = threading.RLock()
         self._storages: dict[int, list[int]] = {}  # storage key -> [nbytes, live wrappers]
-        self._wrappers: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()
+        self._refs: dict[int, weakref.ref] = {}  # id(wrapper) -> weak reference (live wrappers)
         self._allocated = 0
         self.model_code = 0  # NEFF code of loaded models
         self.peak = 0
@@ -95,18 +95,20 @@ class MemoryLedger:
             entry = self._storages.get(key)
             if entry is None:
                 nbytes = storage.nbytes()
-                used = self._allocated + self.fixed_bytes()
+                used = self._allocated + self.code_overhead + self.model_code + self.runtime_memory
                 if used + nbytes > self.capacity:
                     raise self._out_of_memory(nbytes, "tensors")
                 entry = self._storages[key] = [nbytes, 0]
                 self._allocated += nbytes
-                self.peak = max(self.peak, used + nbytes)
+                if used + nbytes > self.peak:
+                    self.peak = used + nbytes
             entry[1] += 1
-            self._wrappers.add(wrapper)
-        weakref.finalize(wrapper, self._release, key)
+            wid = id(wrapper)
+            self._refs[wid] = weakref.ref(wrapper, lambda _, k=key, w=wid: self._release(k, w))
 
-    def _release(self, key: int) -> None:
+    def _release(self, key: int, wid: int) -> None:
         with self._lock:
+            self._refs.pop(wid, None)
             entry = self._storages.get(key)
             if entry is None:
                 return
@@ -127,7 +129,7 @@ class MemoryLedger:
     # -- reading -----------------------------------------------------------------------------
     def usage(self) -> CoreUsage:
         with self._lock:
-            wrappers = list(self._wrappers)
+            wrappers = [w for w in (r() for r in list(self._refs.values())) if w is not None]
             param_keys = {
                 w._inner.untyped_storage()._cdata  # type: ignore[attr-defined]
                 for w in wrappers
@@ -144,7 +146,8 @@ class MemoryLedger:
 
     def live_wrappers(self) -> list[torch.Tensor]:
         with self._lock:
-            return list(self._wrappers)
+            refs = list(self._refs.values())
+        return [w for w in (r() for r in refs) if w is not None]
 
     def _out_of_memory(self, nbytes: int, usage: str) -> NeuronRuntimeError:
         tensors = self._allocated

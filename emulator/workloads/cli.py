@@ -205,10 +205,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
         status = _daemon_status()
         total = int(status.get("neuroncores_total") or 0)
+        itype = status.get("instance_type", "instance")
         if total and nproc > total:
-            raise ArgumentError(
-                f"--nproc {nproc}: the emulated {status.get('instance_type', 'instance')} has {total} NeuronCores"
-            )
+            raise ArgumentError(f"--nproc {nproc}: the emulated {itype} has {total} NeuronCores")
+        if total and cores is not None and cores[-1] >= total:
+            raise ArgumentError(f"--cores {args.cores}: the emulated {itype} has NeuronCores 0-{total - 1}")
     except ArgumentError as exc:
         return _fail(str(exc))
 

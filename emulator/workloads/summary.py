@@ -132,7 +132,7 @@ def summary_lines(result: RunResult) -> list[str]:
 
     if result.hbm_peak:
         cores = ", ".join(f"nc{core} {used / GIB:.2f} GiB" for core, used in result.hbm_peak.items())
-        row("peak HBM/core", f"{cores} (this process, at step ends)")
+        row("peak HBM/core", f"{cores} (this process, high-water mark of its HBM ledger)")
     else:
         row("peak HBM/core", f"n/a ({result.hbm_reason})" if result.hbm_reason else "n/a")
     return lines

@@ -40,13 +40,6 @@ __all__ = [
 _lock = threading.Lock()
 _runtime: DeviceRuntime | None = None
 _runtime_pid: int | None = None
-_auto_cast: str | None = None
-
-
-def set_auto_cast(mode: str | None) -> None:
-    """The ``--auto-cast`` compiler flag of a run (``none``, ``matmult``, ``all``); before xla_device()."""
-    global _auto_cast
-    _auto_cast = mode
 
 
 def _device_runtime() -> DeviceRuntime:
@@ -60,7 +53,7 @@ def _device_runtime() -> DeviceRuntime:
         from emulator.runtime.executor import DeviceRuntime
 
         session = attach()
-        runtime = DeviceRuntime(session, os.environ, auto_cast=_auto_cast)
+        runtime = DeviceRuntime(session, os.environ)
         runtime.install()
         _push_mode(DeviceMode())
         _runtime, _runtime_pid = runtime, os.getpid()

@@ -204,3 +204,13 @@ def test_process_killed_mid_step_releases_everything(daemon_factory, short_tmp: 
     assert again.attached and again.cores == [0, 1]
     again.release()
     proc.wait()
+
+
+def test_xla_use_bf16_trains_in_bf16_and_runs_faster(daemon, short_tmp: Path) -> None:
+    args = ("--steps", "8", "--width", "512", "--batch", "256", "--lr", "0.001")
+    fp32 = [s for s in lines(train(daemon.address, short_tmp, *args)) if "step" in s]
+    bf16 = [s for s in lines(train(daemon.address, short_tmp, *args, env={"XLA_USE_BF16": "1"})) if "step" in s]
+    assert bf16[-1]["loss"] < bf16[0]["loss"]  # still learns, with real BF16 values
+    assert bf16[-1]["loss"] != fp32[-1]["loss"]  # different arithmetic
+    assert [s["flops"] for s in bf16] == [s["flops"] for s in fp32]  # same work
+    assert bf16[-1]["device_seconds"] < fp32[-1]["device_seconds"]  # at the BF16 rate

@@ -262,8 +262,8 @@ def test_summary_prefers_simulated_time_and_skips_compiling_steps() -> None:
 def test_hbm_peak_from_daemon_memory() -> None:
     answers = iter(
         [
-            {"pid": 1, "memory": {"cores": {"0": {"constants": 10, "tensors": 5}, "1": {"tensors": 1}}}},
-            {"pid": 1, "memory": {"cores": {"0": {"constants": 10, "tensors": 2}, "1": {"tensors": 7}}}},
+            {"cores": {"0": {"constants": 10, "tensors": 5}, "1": {"tensors": 1}}},  # GET /processes/1/memory
+            {"cores": {"0": {"constants": 10, "tensors": 2}, "1": {"tensors": 7}}},
         ]
     )
     client = SimpleNamespace(get=lambda path: next(answers))
@@ -273,7 +273,7 @@ def test_hbm_peak_from_daemon_memory() -> None:
     assert peak.peak() == {0: 15, 1: 7}
     assert core_totals({"pid": 1, "neuroncores": [0]}) is None
     assert core_totals({"memory": {"cores": {"0": {"tensors": 5, "constants": 3, "peak": 20}}}}) == {0: 20}
-    none = HbmPeak(SimpleNamespace(get=lambda path: {"pid": 1}), pid=1)  # type: ignore[arg-type]
+    none = HbmPeak(SimpleNamespace(get=lambda path: {}), pid=1)  # type: ignore[arg-type]
     none.sample()
     assert none.peak() is None and "does not report" in none.reason
 

@@ -37,6 +37,8 @@ class _Hooks:
     on_op: OpHook | None = None
     on_alloc: AllocHook | None = None
     meta_mode: bool = False  # factories on the device make meta tensors (model-scale workload)
+    # dtype a floating tensor takes when it lands on the device (XLA_USE_BF16 / XLA_DOWNCAST_BF16)
+    downcast: dict[torch.dtype, torch.dtype] = {}  # noqa: RUF012 - one process-wide setting
 
 
 hooks = _Hooks()
@@ -152,6 +154,8 @@ def _create_on_device(func: Any, args: tuple, kwargs: dict) -> Any:
     host_kwargs = dict(kwargs)
     host_kwargs["device"] = _META if hooks.meta_mode else _HOST
     out = func(*args, **host_kwargs)
+    if hooks.downcast and isinstance(out, torch.Tensor) and out.dtype in hooks.downcast:
+        out = out.to(hooks.downcast[out.dtype])
     result = _rewrap(out, {})
     if hooks.on_op is not None:
         hooks.on_op(HOST_TO_DEVICE, func, args, host_kwargs, out)

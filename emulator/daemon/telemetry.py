@@ -18,22 +18,15 @@ from typing import Any
 import psutil
 
 from neurontools.inventory import RUNTIME, Inventory, NeuronProcess
+from neurontools.report.schema import CORE_MEMORY_KEYS as CORE_CATEGORIES
+from neurontools.report.schema import ENGINE_KEYS as ENGINES
+from neurontools.report.schema import ERROR_SUMMARY_KEYS as ERROR_KINDS
+from neurontools.report.schema import EXECUTION_SUMMARY_KEYS as OUTCOMES
+from neurontools.report.schema import HOST_MEMORY_KEYS as HOST_CATEGORIES
 
-ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
-OUTCOMES = (
-    "completed",
-    "completed_with_err",
-    "completed_with_num_err",
-    "timed_out",
-    "incorrect_input",
-    "failed_to_queue",
-)
-ERROR_KINDS = ("generic", "numerical", "transient", "model", "runtime", "hardware")
 # which error_summary counter an outcome also increments
 OUTCOME_ERRORS = {"completed_with_num_err": "numerical", "completed_with_err": "generic", "timed_out": "runtime"}
 LATENCY_WINDOW_S = 600.0
-HOST_CATEGORIES = ("application_memory", "constants", "dma_buffers", "tensors")
-CORE_CATEGORIES = ("constants", "model_code", "model_shared_scratchpad", "runtime_memory", "tensors")
 
 
 @dataclass

@@ -111,4 +111,3 @@ class CompileCache:
 
     def models(self) -> list[LoadedModel]:
         return list(self._loaded.values())
-

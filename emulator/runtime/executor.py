@@ -39,12 +39,12 @@ from emulator.runtime.attach import RuntimeSession
 from emulator.runtime.compile_cache import CompileCache, LoadedModel, cache_settings, graph_hash
 from emulator.runtime.errors import NeuronRuntimeError
 from emulator.runtime.memory import MemoryLedger
+from neurontools.report.schema import ENGINE_KEYS as ENGINES
 from neurontools.sources.daemon_client import DaemonError, DaemonUnavailable
 
 # Runtime's own device memory per core: the OOM report of a real trn1 runtime shows
 # "runtime: 1.062KB" (spec/trn1-hardware.md §6.3, source I1).
 RUNTIME_DEVICE_BYTES = 1088
-ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,7 @@ class StepResult:
 class DeviceRuntime:
     def __init__(self, session: RuntimeSession, env: Mapping[str, str], *, auto_cast: str | None = None) -> None:
         self.session = session
+        self.env = dict(env)
         self.core = session.neuroncores[0]  # lazy:0 is the first NeuronCore the process owns
         inventory = session.client.get("/inventory")
         itype = get_instance_type(inventory["instance"]["instance_type"])
@@ -97,6 +98,7 @@ class DeviceRuntime:
     def install(self) -> None:
         device_tensor.hooks.on_op = self.recorder.on_op
         device_tensor.hooks.on_alloc = self.ledger.on_alloc
+        device_tensor.hooks.downcast = framework_downcast(self.env)
 
     # -- collectives -------------------------------------------------------------------------
     def all_reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
@@ -255,6 +257,17 @@ class DeviceRuntime:
             self.session.client.post(f"/processes/{self.session.owner_pid}/executions", body)
 
 
+def framework_downcast(env: Mapping[str, str]) -> dict[torch.dtype, torch.dtype]:
+    """torch_xla's framework-level BF16 switches (spec/trn1-hardware.md §4): with
+    ``XLA_USE_BF16=1`` float and double tensors are BF16 on the device; with
+    ``XLA_DOWNCAST_BF16=1`` float is BF16 and double is FP32. The real values are cast too."""
+    if env.get("XLA_USE_BF16", "").strip() == "1":
+        return {torch.float32: torch.bfloat16, torch.float64: torch.bfloat16}
+    if env.get("XLA_DOWNCAST_BF16", "").strip() == "1":
+        return {torch.float32: torch.bfloat16, torch.float64: torch.float32}
+    return {}
+
+
 def _sleep_until(deadline: float) -> None:
     while True:
         remaining = deadline - time.monotonic()
@@ -265,4 +278,3 @@ def _sleep_until(deadline: float) -> None:
 
 def _log(message: str) -> None:
     print(f"INFO ||NEURON_CC_WRAPPER||: {message}", file=sys.stderr, flush=True)
-

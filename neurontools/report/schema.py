@@ -66,6 +66,8 @@ PERCENTILES: tuple[tuple[str, float], ...] = (
 )
 LATENCY_KINDS = ("total_latency", "device_latency")
 
+# NeuronCore-v2 engines whose busy time the daemon snapshot carries (docs/snapshot.md).
+ENGINE_KEYS = ("tensor", "vector", "scalar", "gpsimd", "dma")
 HOST_MEMORY_KEYS = ("application_memory", "constants", "dma_buffers", "tensors")
 CORE_MEMORY_KEYS = ("constants", "model_code", "model_shared_scratchpad", "runtime_memory", "tensors")
 # A subgraph's load-time device allocation has no scratchpad key.

@@ -87,6 +87,20 @@ def _build_parser() -> argparse.ArgumentParser:
         p.add_argument("--port", type=int, metavar="N", help="daemon on 127.0.0.1:N")
         if name == "status":
             p.add_argument("--json", action="store_true", help="print the daemon's status object as JSON")
+    fault = sub.add_parser("fault", help="inject hardware faults (ECC events) on the emulated devices")
+    fault.add_argument("kind", choices=["ecc"], help="fault kind")
+    fault.add_argument("--device", type=int, required=True, metavar="N", help="Neuron device index")
+    fault.add_argument(
+        "--type",
+        dest="event_type",
+        default="mem_ecc_uncorrected",
+        choices=["mem_ecc_corrected", "mem_ecc_uncorrected", "sram_ecc_corrected", "sram_ecc_uncorrected"],
+        metavar="EVENT",
+        help="mem_ecc_corrected, mem_ecc_uncorrected (default), sram_ecc_corrected, sram_ecc_uncorrected",
+    )
+    fault.add_argument("--count", type=int, default=1, metavar="N", help="events to count (default 1)")
+    fault.add_argument("--socket", metavar="PATH", help="daemon socket (default: NEURON_EMULATOR_ADDR)")
+    fault.add_argument("--port", type=int, metavar="N", help="daemon on 127.0.0.1:N")
     parser.set_defaults(workload_handlers=workload_handlers)
     return parser
 
@@ -249,10 +263,22 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_fault(args: argparse.Namespace) -> int:
+    client = DaemonClient(_address(args), timeout=3.0)
+    body = {"neuron_device": args.device, "event_type": args.event_type, "count": args.count}
+    try:
+        counters = client.post("/faults/ecc", body)
+    except DaemonUnavailable as exc:
+        raise CliError(str(exc)) from None
+    print(f"{PROG}: device {args.device}: {args.event_type} = {counters[args.event_type]}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
-    handlers = {"up": _cmd_up, "down": _cmd_down, "status": _cmd_status, **args.workload_handlers}
+    handlers = {"up": _cmd_up, "down": _cmd_down, "status": _cmd_status, "fault": _cmd_fault}
+    handlers.update(args.workload_handlers)
     try:
         return handlers[args.command](args)
     except (CliError, AddressError) as exc:

@@ -267,3 +267,17 @@ def test_neuron_ls_into_a_closed_pipe_is_quiet(daemon) -> None:
     )
     assert proc.stdout == "instance-t"
     assert "Traceback" not in proc.stderr
+
+
+def test_ecc_faults_on_demand_show_in_the_snapshot(daemon_factory) -> None:
+    daemon = daemon_factory("trn1.32xlarge")
+    after = daemon.client.post("/faults/ecc", {"neuron_device": 3, "event_type": "mem_ecc_uncorrected", "count": 2})
+    assert after["mem_ecc_uncorrected"] == 2
+    counters = daemon.client.get("/snapshot")["hardware_counters"]
+    assert counters[3]["mem_ecc_uncorrected"] == 2 and counters[2]["mem_ecc_uncorrected"] == 0
+    with pytest.raises(DaemonError) as err:
+        daemon.client.post("/faults/ecc", {"neuron_device": 16, "event_type": "mem_ecc_uncorrected"})
+    assert err.value.status == 400 and "does not exist" in err.value.body["error"]
+    with pytest.raises(DaemonError) as err:
+        daemon.client.post("/faults/ecc", {"neuron_device": 0, "event_type": "bogus"})
+    assert err.value.status == 422

@@ -75,3 +75,13 @@ class ExecutionBody(BaseModel):
     compile_cache: dict[Literal["hits", "misses"], int]
     collectives: list[CollectiveBody] = []
     memory: dict[str, dict[str, int] | int] = Field(default_factory=dict)
+
+
+class EccFault(BaseModel):
+    """ECC events to inject on a device, as its firmware would count them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    neuron_device: int = Field(ge=0)
+    event_type: Literal["mem_ecc_corrected", "mem_ecc_uncorrected", "sram_ecc_corrected", "sram_ecc_uncorrected"]
+    count: int = Field(1, ge=1, le=1_000_000)

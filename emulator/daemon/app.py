@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from emulator.daemon.api_models import AttachBody, ErrorBody, ExecutionBody, StatusModel
+from emulator.daemon.api_models import AttachBody, EccFault, ErrorBody, ExecutionBody, StatusModel
 from emulator.daemon.registry import AttachRequest, ClaimError, Registry
 from emulator.daemon.telemetry import Telemetry
 from neurontools import __version__
@@ -156,6 +156,14 @@ def create_app(registry: Registry, info: DaemonInfo, *, reap_interval: float = R
         if proc is None:
             raise ClaimError(f"process {pid} is not attached", http_status=404, nrt_status="NRT_INVALID")
         return telemetry.memory(proc)
+
+    @app.post("/v1/faults/ecc", responses=errors, tags=["faults"])
+    async def ecc_fault(body: EccFault) -> dict[str, int]:
+        """Inject ECC events on a device (for alert tests); returns the device's counters."""
+        try:
+            return telemetry.inject_ecc(body.neuron_device, body.event_type, body.count)
+        except ValueError as exc:
+            raise ClaimError(str(exc), http_status=400, nrt_status="NRT_INVALID") from None
 
     @app.get("/v1/snapshot", tags=["telemetry"])
     async def snapshot() -> dict[str, object]:

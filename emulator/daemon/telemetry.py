@@ -27,6 +27,7 @@ from neurontools.report.schema import HOST_MEMORY_KEYS as HOST_CATEGORIES
 # which error_summary counter an outcome also increments
 OUTCOME_ERRORS = {"completed_with_num_err": "numerical", "completed_with_err": "generic", "timed_out": "runtime"}
 LATENCY_WINDOW_S = 600.0
+ECC_EVENTS = ("mem_ecc_corrected", "mem_ecc_uncorrected", "sram_ecc_corrected", "sram_ecc_uncorrected")
 
 
 @dataclass
@@ -115,6 +116,17 @@ class Telemetry:
         if state is None:
             state = self._procs[proc.pid] = ProcessTelemetry(cores={c: _CoreCounters() for c in proc.neuroncores})
         return state
+
+    # -- injected faults ---------------------------------------------------------------------
+    def inject_ecc(self, device: int, event_type: str, count: int) -> dict[str, int]:
+        """Count ``count`` ECC events of ``event_type`` on ``device`` (faults on demand)."""
+        if not 0 <= device < len(self._hw_counters):
+            raise ValueError(f"neuron_device {device} does not exist (0-{len(self._hw_counters) - 1})")
+        if event_type not in ECC_EVENTS:
+            raise ValueError(f"unknown ECC event type {event_type!r} (expected one of {', '.join(ECC_EVENTS)})")
+        with self._lock:
+            self._hw_counters[device][event_type] += count
+            return dict(self._hw_counters[device])
 
     # -- reports from processes --------------------------------------------------------------
     def record_execution(self, proc: NeuronProcess, body: dict[str, Any]) -> None:

@@ -1,0 +1,1 @@
+"""Prometheus exporters: the official script's drop-in (compat) and neuron-exporter (extended)."""

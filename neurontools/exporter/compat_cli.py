@@ -1,0 +1,303 @@
+"""``neuron-monitor-prometheus``: a drop-in for the official ``neuron-monitor-prometheus.py`` (spec §4).
+
+``neuron-monitor | neuron-monitor-prometheus [-p PORT] [--bind ADDR] [--key-file K --cert-file C]``
+
+* Reads neuron-monitor reports (one JSON object per line) on stdin, ours or a real one, and serves
+  the official script's metrics (``neurontools.exporter.compat``) plus prometheus_client's default
+  ``python_gc_*``, ``python_info`` and ``process_*`` collectors, in the Prometheus text format on
+  any path (``/``, ``/metrics``; OpenMetrics on request, ``?name[]=`` filtering).
+* Listens on all IPv4 interfaces like the official script (``0.0.0.0``); ``--bind`` picks another
+  address (``127.0.0.1``, ``::``). ``-p 0`` takes a free port; the startup line
+  ``Running HTTP prometheus server at port <port>`` (``HTTPS`` with TLS) names the port in use.
+* ``--key-file`` and ``--cert-file`` (both or neither) serve HTTPS; both files are checked once a
+  second and reloaded when their contents change (``Refreshing TLS certificates``), as the
+  official script does per input line, so renewed certificates apply without a restart.
+* A line that is not a JSON object prints ``Unable to decode JSON <reason>`` on stdout and is
+  skipped; blank lines are ignored; group and runtime errors go to stderr in the official wording.
+* End of input (the producer exited): the last values stay served until SIGINT/SIGTERM, as with
+  the official script (whose read loop keeps polling the closed stdin); one notice on stderr.
+  SIGINT and SIGTERM exit 0 without a traceback.
+* ``--enable-k8s-info`` (official 2.23+) is accepted so existing command lines keep working; it
+  has no effect (Kubernetes pod information is not available here).
+* Bad flags: one line on stderr, exit 2 (argparse's code, as the official script). The server
+  cannot start (port in use, bad address, unreadable key/certificate): one line on stderr, exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import signal
+import ssl
+import sys
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import IO, Any, NoReturn, TextIO
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from neurontools.exporter.compat import CompatMetrics
+
+PROG = "neuron-monitor-prometheus"
+DEFAULT_PORT = 8000
+DEFAULT_BIND = "0.0.0.0"  # prometheus_client.start_http_server's default, used by the official script
+TLS_CHECK_SECONDS = 1.0
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Terminated(Exception):
+    """SIGINT or SIGTERM arrived."""
+
+
+@dataclass
+class Options:
+    port: int = DEFAULT_PORT
+    bind: str = DEFAULT_BIND
+    key_file: str | None = None
+    cert_file: str | None = None
+    enable_k8s_info: bool = False
+    help: bool = False
+
+    @property
+    def tls(self) -> bool:
+        return self.key_file is not None
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r} (expected an integer 0-65535)") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is out of range (expected 0-65535)")
+    return port
+
+
+def _parser() -> _Parser:
+    parser = _Parser(
+        prog=PROG,
+        add_help=False,
+        description="Serve neuron-monitor reports read on stdin as Prometheus metrics "
+        "(the metric names of the official neuron-monitor-prometheus.py).",
+        epilog=f"example: neuron-monitor | {PROG} --port {DEFAULT_PORT}",
+    )
+    parser.add_argument("-h", "--help", action="store_true", help="show this help message and exit")
+    parser.add_argument(
+        "-p", "--port", type=_port, default=DEFAULT_PORT, help="HTTP port on which to run the server (default: 8000)"
+    )
+    parser.add_argument(
+        "--bind", default=DEFAULT_BIND, metavar="ADDR", help="address to listen on (default: 0.0.0.0, all interfaces)"
+    )
+    parser.add_argument("--key-file", help="Path to SSL private key file (only for HTTPS)")
+    parser.add_argument("--cert-file", help="Path to SSL certificate file (only for HTTPS)")
+    parser.add_argument(
+        "--enable-k8s-info", action="store_true", help="accepted for compatibility; no effect (no Kubernetes info)"
+    )
+    return parser
+
+
+def parse_args(argv: Sequence[str]) -> Options:
+    ns = _parser().parse_args(list(argv))
+    if ns.help:
+        return Options(help=True)
+    if (ns.key_file is None) != (ns.cert_file is None):
+        raise UsageError("--key-file and --cert-file must be given together")
+    if ns.key_file == "" or ns.cert_file == "":
+        raise UsageError("--key-file and --cert-file need a file name")
+    if not ns.bind:
+        raise UsageError("--bind needs an address")
+    return Options(ns.port, ns.bind, ns.key_file, ns.cert_file, ns.enable_k8s_info)
+
+
+def build_registry(metrics: CompatMetrics) -> CollectorRegistry:
+    """A registry like prometheus_client's default one (same collectors, same order) plus ``metrics``."""
+    registry = CollectorRegistry(auto_describe=True)
+    GCCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    ProcessCollector(registry=registry)
+    registry.register(metrics)
+    return registry
+
+
+def _say(stream: TextIO | None, text: str) -> None:
+    """One line, flushed; a closed or missing stream is not worth dying for."""
+    if stream is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        stream.write(text + "\n")
+        stream.flush()
+
+
+def _digest(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError as exc:
+        return f"unreadable: {exc}"
+
+
+class CertificateWatcher:
+    """Reloads the server's certificate chain when the key or certificate file changes."""
+
+    def __init__(self, context: ssl.SSLContext, cert_file: str, key_file: str, out: TextIO, err: TextIO) -> None:
+        self.context = context
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.out = out
+        self.err = err
+        self._seen = self._digests()
+        self._stop = threading.Event()
+
+    def _digests(self) -> tuple[str, str]:
+        return _digest(self.cert_file), _digest(self.key_file)
+
+    def check(self) -> bool:
+        """Reload if either file changed since the last check; True when a reload happened."""
+        current = self._digests()
+        if current == self._seen:
+            return False
+        self._seen = current  # a broken pair is reported once, then retried on the next change
+        try:
+            _check_tls(self.cert_file, self.key_file)  # a half-replaced pair must not touch the live context
+            self.context.load_cert_chain(certfile=self.cert_file, keyfile=self.key_file)
+        except (OSError, ValueError) as exc:
+            _say(self.err, f"{PROG}: cannot reload the TLS certificate, keeping the previous one: {exc}")
+            return False
+        _say(self.out, "Refreshing TLS certificates")
+        return True
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="tls-reload", daemon=True).start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(TLS_CHECK_SECONDS):
+            self.check()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _check_tls(cert_file: str, key_file: str) -> None:
+    """Load the pair once before binding, so a bad file gets its own clear message."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certfile=cert_file, keyfile=key_file)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "boolean", int: "number", float: "number", str: "string", list: "array"}.get(type(value), "value")
+
+
+def pump(lines: Iterable[bytes], metrics: CompatMetrics, out: TextIO | None, err: TextIO | None) -> int:
+    """Feed every report line to ``metrics``; returns the number of reports applied."""
+    applied = 0
+    for raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            report = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            _say(out, f"Unable to decode JSON {exc}")
+            continue
+        if not isinstance(report, dict):
+            _say(out, f"Unable to decode JSON expected a report object, got a JSON {_json_type(report)}")
+            continue
+        for message in metrics.update(report):
+            _say(err, message)
+        applied += 1
+    return applied
+
+
+def _error(message: str, code: int) -> int:
+    _say(sys.stderr, f"{PROG}: error: {message}")
+    return code
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+def _serve(opts: Options, registry: CollectorRegistry) -> Any:
+    """Start the HTTP(S) server thread; returns the server (OSError/ssl.SSLError propagate)."""
+    httpd, _thread = start_http_server(
+        opts.port, addr=opts.bind, registry=registry, certfile=opts.cert_file, keyfile=opts.key_file
+    )
+    return httpd
+
+
+def main(argv: Sequence[str] | None = None, *, stdin: IO[bytes] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        opts = parse_args(argv)
+    except UsageError as exc:
+        return _error(f"{exc} (see {PROG} --help)", 2)
+    if opts.help:
+        _say(sys.stdout, _parser().format_help().rstrip("\n"))
+        return 0
+
+    if opts.tls:
+        assert opts.cert_file is not None and opts.key_file is not None
+        try:
+            _check_tls(opts.cert_file, opts.key_file)
+        except (OSError, ValueError) as exc:
+            return _error(f"cannot load the TLS certificate {opts.cert_file!r} and key {opts.key_file!r}: {exc}", 1)
+
+    metrics = CompatMetrics()
+    registry = build_registry(metrics)
+    try:
+        httpd = _serve(opts, registry)
+    except (OSError, ValueError) as exc:
+        return _error(f"cannot listen on {opts.bind} port {opts.port}: {exc}", 1)
+    port = httpd.server_address[1]
+    _say(sys.stdout, f"Running {'HTTPS' if opts.tls else 'HTTP'} prometheus server at port {port}")
+    if opts.enable_k8s_info:
+        _say(sys.stderr, f"{PROG}: --enable-k8s-info has no effect (no Kubernetes information available)")
+
+    watcher = None
+    if opts.tls:
+        assert opts.cert_file is not None and opts.key_file is not None
+        watcher = CertificateWatcher(httpd.socket.context, opts.cert_file, opts.key_file, sys.stdout, sys.stderr)
+        watcher.start()
+
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = {}
+    if on_main_thread:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, _raise_terminated)
+    source = stdin if stdin is not None else (sys.stdin.buffer if sys.stdin is not None else None)
+    try:
+        if source is not None:
+            pump(source, metrics, sys.stdout, sys.stderr)
+        _say(sys.stderr, f"{PROG}: end of input; serving the last values until interrupted")
+        threading.Event().wait()
+    except (KeyboardInterrupt, _Terminated):
+        pass
+    finally:
+        for signum in previous:  # a second Ctrl-C during the shutdown must not print a traceback
+            signal.signal(signum, signal.SIG_IGN)
+        if watcher is not None:
+            watcher.stop()
+        httpd.shutdown()
+        httpd.server_close()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,431 @@
+"""REST API under ``/api/v1/`` (OpenAPI at ``/openapi.json``): answers from the collected state only.
+
+* ``GET /api/v1/instance``    identity, hardware summary and exporter status
+* ``GET /api/v1/devices``     Neuron devices: HBM by category, ECC events, PCI/NUMA details
+* ``GET /api/v1/neuroncores`` NeuronCores: owner, busy ratios over the last period, FLOP/s, HBM
+* ``GET /api/v1/processes``   Neuron runtime processes with their cumulative counters
+* ``GET /api/v1/report``      the latest neuron-monitor report (§3 schema and encoding)
+* ``GET /api/v1/history``     ``?metric=NAME[&neuroncore=N][&since=UNIX_TIME]`` from the ring buffer
+* ``GET /api/v1/history/metrics`` the metrics ``history`` knows
+
+Errors are ``{"error": "..."}``: 400 for a bad parameter, 404 for an unknown path, 503 while
+nothing has been collected yet.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Annotated, Any
+
+from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from neurontools import __version__
+from neurontools.exporter.collector import (
+    CollectedState,
+    core_count,
+    core_deltas,
+    device_of,
+    hbm_by_core,
+    owners,
+)
+from neurontools.exporter.fields import BY_NAME, ENGINE_LABEL_VALUES, HBM_CATEGORIES
+from neurontools.exporter.history import HISTORY_ROWS, History
+from neurontools.report.encoding import encode_report
+from neurontools.report.schema import HW_COUNTER_KEYS
+from neurontools.report.snapshot import ProcessSnapshot
+
+PREFIX = "/api/v1"
+
+
+def _help(name: str) -> str:
+    return BY_NAME[name].help
+
+
+# -- response models ------------------------------------------------------------------------------
+
+
+class ErrorBody(BaseModel):
+    error: str
+
+
+class InstanceIdentityModel(BaseModel):
+    instance_name: str
+    instance_id: str
+    instance_type: str
+    instance_availability_zone: str
+    instance_availability_zone_id: str
+    instance_region: str
+    ami_id: str
+    subnet_id: str
+
+
+class HardwareModel(BaseModel):
+    neuron_device_type: str
+    neuron_device_version: str
+    neuroncore_version: str
+    neuron_device_count: int
+    neuron_device_memory_size: int
+    neuroncore_per_device_count: int
+    logical_neuroncore_config: int
+
+
+class InstanceResponse(BaseModel):
+    instance: InstanceIdentityModel
+    hardware: HardwareModel
+    exporter_version: str
+    source_up: bool = Field(description=_help("neuron_exporter_source_up"))
+    source_error: str = Field(description="why the last collection failed ('' when it succeeded)")
+    collection_interval_seconds: float
+    last_collection_timestamp_seconds: float | None = Field(
+        description=_help("neuron_exporter_last_collection_timestamp_seconds")
+    )
+
+
+class DeviceResponse(BaseModel):
+    neuron_device: int
+    neuroncores: list[int]
+    hbm_total_bytes: int = Field(description=_help("neurondevice_hbm_total_bytes"))
+    hbm_used_bytes: dict[str, int] = Field(description=_help("neurondevice_hbm_used_bytes"))
+    ecc_events: dict[str, int] = Field(description="cumulative hardware ECC events by type (daemon counters)")
+    bdf: str | None = Field(None, description="PCI address (from the daemon inventory)")
+    numa_node: int | None = None
+    cpu_affinity: str | None = None
+    connected_to: list[int] | None = None
+
+
+class Owner(BaseModel):
+    pid: int
+    runtime_tag: str
+
+
+class NeuronCoreResponse(BaseModel):
+    neuroncore: int
+    neuron_device: int
+    owner: Owner | None = Field(description="the runtime process owning the NeuronCore, if any")
+    period_seconds: float | None = Field(description="length of the last collection period (null before two)")
+    utilization: float | None = Field(description="NeuronCore busy share over the last collection period (0-1)")
+    engine_utilization: dict[str, float] | None = Field(description=_help("neuroncore_engine_utilization_ratio"))
+    flops_per_second: float | None = Field(description="FLOPs executed per second over the last collection period")
+    hbm_used_bytes: dict[str, int] = Field(description="device memory held on the NeuronCore by category")
+    busy_seconds_total: float = Field(description=_help("neuroncore_busy_seconds_total"))
+    flops_total: int = Field(description=_help("neuroncore_flops_total"))
+
+
+class CpuSeconds(BaseModel):
+    user: float
+    system: float
+
+
+class ProcessResponse(BaseModel):
+    pid: int
+    runtime_tag: str
+    kind: str = Field(description="'runtime' (a Neuron runtime process owning NeuronCores)")
+    command: str
+    runtime_version: str
+    neuroncores: list[int]
+    cpu_seconds: CpuSeconds | None = None
+    executions: dict[str, int] = Field(default_factory=dict, description="cumulative executions by outcome")
+    errors: dict[str, int] = Field(default_factory=dict, description="cumulative execution errors by kind")
+    compile_cache: dict[str, int] = Field(default_factory=dict, description="cumulative hits and misses")
+    hbm_used_bytes: dict[str, dict[str, int]] = Field(
+        default_factory=dict, description="device memory by NeuronCore (key) and category"
+    )
+    host_memory_bytes: int = 0
+    neuroncore_utilization: dict[str, float] | None = Field(
+        None, description="busy share of each owned NeuronCore over the last collection period (0-1)"
+    )
+
+
+class HistoryMetric(BaseModel):
+    name: str
+    unit: str
+    per_neuroncore: bool
+    description: str
+
+
+class HistorySeries(BaseModel):
+    neuroncore: int | None
+    points: list[tuple[float, float]] = Field(description="[unix time, value], oldest first")
+
+
+class HistoryResponse(BaseModel):
+    metric: str
+    unit: str
+    step_seconds: float = Field(description="spacing of the points (the collection interval, at least 1 s)")
+    capacity: int = Field(description="points kept per series (older ones are dropped)")
+    series: list[HistorySeries]
+
+
+# -- history metrics ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Metric:
+    unit: str
+    per_core: bool
+    description: str
+
+
+HISTORY_METRICS: dict[str, _Metric] = {
+    "utilization": _Metric("ratio", True, "NeuronCore busy share over each step (0-1)"),
+    "flops_per_second": _Metric("flops/s", True, "FLOPs executed per second over each step"),
+    "hbm_used_bytes": _Metric("bytes", True, "device memory held on the NeuronCore, all categories"),
+    **{
+        f"{e}_engine_utilization": _Metric("ratio", True, f"{e} engine busy share over each step (0-1)")
+        for e in ENGINE_LABEL_VALUES
+    },
+    "host_cpu_utilization": _Metric("ratio", False, "host CPU busy share (all vCPUs) over each step (0-1)"),
+    "host_memory_used_bytes": _Metric("bytes", False, "host memory in use"),
+}
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def error_response(status: int, message: str) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": message})
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    first = exc.errors()[0] if exc.errors() else {}
+    loc = [str(p) for p in first.get("loc", ())]
+    where = f"{loc[0]} parameter {loc[-1]!r}" if len(loc) >= 2 else "request"
+    got = first.get("input")
+    shown = f" (got {got!r})" if isinstance(got, str | int | float) else ""
+    return f"invalid {where}: {first.get('msg', 'invalid value')}{shown}"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Every error becomes ``{"error": "..."}``: no HTML, no traceback."""
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(exc.status_code, "not found" if exc.status_code == 404 else str(exc.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(400, _validation_message(exc))
+
+
+# -- views ----------------------------------------------------------------------------------------
+
+
+def _collected(state: CollectedState) -> CollectedState:
+    if state.snapshot is None:
+        raise ApiError(503, f"no data collected from the daemon yet: {state.error}")
+    return state
+
+
+def instance_view(state: CollectedState) -> InstanceResponse:
+    snap = _collected(state).snapshot
+    assert snap is not None
+    return InstanceResponse(
+        instance=InstanceIdentityModel(**snap.instance.to_dict()),
+        hardware=HardwareModel(**snap.hardware.to_dict()),
+        exporter_version=__version__,
+        source_up=state.source_up,
+        source_error=state.error,
+        collection_interval_seconds=state.interval,
+        last_collection_timestamp_seconds=state.last_success,
+    )
+
+
+def devices_view(state: CollectedState) -> list[DeviceResponse]:
+    snap = _collected(state).snapshot
+    assert snap is not None
+    hbm = hbm_by_core(snap)
+    inventory = {d.index: d for d in state.inventory.devices} if state.inventory is not None else {}
+    ecc = {c.neuron_device_index: c for c in snap.hardware_counters}
+    out = []
+    per_device = snap.hardware.neuroncore_per_device_count
+    for index in range(snap.hardware.neuron_device_count):
+        cores = list(range(index * per_device, (index + 1) * per_device))
+        used = dict.fromkeys(HBM_CATEGORIES, 0)
+        for core in cores:
+            for cat, value in hbm.get(core, {}).items():
+                used[cat] += value
+        dev = inventory.get(index)
+        counters = ecc.get(index)
+        out.append(
+            DeviceResponse(
+                neuron_device=index,
+                neuroncores=cores,
+                hbm_total_bytes=snap.hardware.neuron_device_memory_size,
+                hbm_used_bytes=used,
+                ecc_events={k: getattr(counters, k) if counters else 0 for k in HW_COUNTER_KEYS},
+                bdf=dev.bdf if dev else None,
+                numa_node=dev.numa_node if dev else None,
+                cpu_affinity=dev.cpu_affinity if dev else None,
+                connected_to=list(dev.connected_to) if dev and dev.connected_to is not None else None,
+            )
+        )
+    return out
+
+
+def neuroncores_view(state: CollectedState) -> list[NeuronCoreResponse]:
+    snap = _collected(state).snapshot
+    assert snap is not None
+    hbm = hbm_by_core(snap)
+    owned = owners(snap)
+    out = []
+    for core in range(core_count(snap)):
+        rates = state.rates.get(core) if state.rates is not None else None
+        proc = owned.get(core)
+        out.append(
+            NeuronCoreResponse(
+                neuroncore=core,
+                neuron_device=device_of(snap, core),
+                owner=Owner(pid=proc.pid, runtime_tag=proc.tag) if proc else None,
+                period_seconds=state.period,
+                utilization=rates.utilization if rates else None,
+                engine_utilization=dict(rates.engines) if rates else None,
+                flops_per_second=rates.flops_per_second if rates else None,
+                hbm_used_bytes=hbm.get(core, dict.fromkeys(HBM_CATEGORIES, 0)),
+                busy_seconds_total=state.totals.busy.get(core, 0.0),
+                flops_total=state.totals.flops.get(core, 0),
+            )
+        )
+    return out
+
+
+def _process_utilization(state: CollectedState, proc: ProcessSnapshot) -> dict[str, float] | None:
+    prev, cur, seconds = state.previous, state.snapshot, state.period
+    if prev is None or cur is None or not seconds:
+        return None
+    before = prev.process(proc.pid)
+    if before is None or not before.is_runtime:
+        return None
+    deltas = core_deltas(prev, replace(cur, processes=(proc,)))
+    return {str(c): min(max(deltas[c].busy / seconds, 0.0), 1.0) if c in deltas else 0.0 for c in proc.neuroncores}
+
+
+def processes_view(state: CollectedState) -> list[ProcessResponse]:
+    snap = _collected(state).snapshot
+    assert snap is not None
+    out = []
+    for p in snap.processes:
+        entry = ProcessResponse(
+            pid=p.pid,
+            runtime_tag=p.tag,
+            kind=p.kind,
+            command=p.command,
+            runtime_version=p.runtime_version,
+            neuroncores=list(p.neuroncores),
+        )
+        if p.is_runtime:
+            entry.cpu_seconds = CpuSeconds(user=p.cpu.user, system=p.cpu.system) if p.cpu else None
+            entry.executions = vars(p.executions).copy()
+            entry.errors = vars(p.errors).copy()
+            entry.compile_cache = {"hits": p.compile_cache.hits, "misses": p.compile_cache.misses}
+            entry.hbm_used_bytes = {
+                str(core): {cat: getattr(usage, cat) for cat in HBM_CATEGORIES}
+                for core, usage in p.memory.cores.items()
+            }
+            entry.host_memory_bytes = p.memory.host.total
+            entry.neuroncore_utilization = _process_utilization(state, p)
+        out.append(entry)
+    return out
+
+
+def history_view(
+    state: CollectedState, history: History, step: float, metric: str, neuroncore: int | None, since: float | None
+) -> HistoryResponse:
+    spec = HISTORY_METRICS.get(metric)
+    if spec is None:
+        raise ApiError(400, f"unknown metric {metric!r} (expected one of {', '.join(HISTORY_METRICS)})")
+    if since is not None:
+        if not math.isfinite(since):
+            raise ApiError(400, f"invalid query parameter 'since': expected a Unix time in seconds, got {since!r}")
+        if since > time.time():
+            raise ApiError(400, f"invalid query parameter 'since': {since!r} is in the future")
+    snap = _collected(state).snapshot
+    assert snap is not None
+    if neuroncore is not None:
+        if not spec.per_core:
+            raise ApiError(400, f"metric {metric!r} is not per NeuronCore: leave out 'neuroncore'")
+        count = core_count(snap)
+        if not 0 <= neuroncore < count:
+            raise ApiError(400, f"neuroncore {neuroncore} out of range (this instance has NeuronCores 0-{count - 1})")
+    if spec.per_core:
+        cores: list[int | None] = [neuroncore] if neuroncore is not None else list(range(core_count(snap)))
+    else:
+        cores = [None]
+    start = since if since is not None else -math.inf
+    series = [
+        HistorySeries(neuroncore=c, points=[(p.time, p.value) for p in history.points((metric, c), start)])
+        for c in cores
+    ]
+    return HistoryResponse(metric=metric, unit=spec.unit, step_seconds=step, capacity=HISTORY_ROWS, series=series)
+
+
+# -- routes ---------------------------------------------------------------------------------------
+
+_ERRORS: dict[int | str, dict[str, Any]] = {400: {"model": ErrorBody}, 503: {"model": ErrorBody}}
+
+
+def build_router(state: Callable[[], CollectedState], history: History, step: float) -> APIRouter:
+    router = APIRouter(prefix=PREFIX, tags=["neuron-exporter"], responses=_ERRORS)
+
+    @router.get("/instance", response_model=InstanceResponse)
+    def instance() -> InstanceResponse:
+        """EC2 identity and Neuron hardware of the watched instance, and the exporter's own status."""
+        return instance_view(state())
+
+    @router.get("/devices", response_model=list[DeviceResponse])
+    def devices() -> list[DeviceResponse]:
+        """Every Neuron device with its HBM use by category."""
+        return devices_view(state())
+
+    @router.get("/neuroncores", response_model=list[NeuronCoreResponse])
+    def neuroncores() -> list[NeuronCoreResponse]:
+        """Every NeuronCore: owner, utilization and engine ratios over the last period, FLOP/s, HBM."""
+        return neuroncores_view(state())
+
+    @router.get("/processes", response_model=list[ProcessResponse])
+    def processes() -> list[ProcessResponse]:
+        """Neuron runtime processes attached to the daemon, with their cumulative counters."""
+        return processes_view(state())
+
+    @router.get("/report", response_model=dict[str, Any])
+    def report() -> Response:
+        """The latest neuron-monitor report (default groups, period = the collection interval)."""
+        current = _collected(state()).report
+        assert current is not None
+        return Response(encode_report(current), media_type="application/json")
+
+    @router.get("/history/metrics", response_model=list[HistoryMetric])
+    def history_metrics() -> list[HistoryMetric]:
+        """The metrics ``/history`` serves."""
+        return [
+            HistoryMetric(name=n, unit=m.unit, per_neuroncore=m.per_core, description=m.description)
+            for n, m in HISTORY_METRICS.items()
+        ]
+
+    @router.get("/history", response_model=HistoryResponse)
+    def history_route(
+        metric: Annotated[str, Query(description="a name from /api/v1/history/metrics")],
+        neuroncore: Annotated[int | None, Query(description="one NeuronCore (default: all)")] = None,
+        since: Annotated[float | None, Query(description="Unix time: only points at or after it")] = None,
+    ) -> HistoryResponse:
+        """Recent values of one metric (in memory, at most one point per second, 3600 points per series)."""
+        return history_view(state(), history, step, metric, neuroncore, since)
+
+    return router

@@ -95,6 +95,12 @@ class Telemetry:
         self._per_device = inventory.hardware.neuroncore_per_device_count
         self._lock = threading.Lock()
         self._procs: dict[int, ProcessTelemetry] = {}
+        # counters of processes that have exited, so node totals never lose their work
+        self._retired = ProcessTelemetry(
+            cores={c: _CoreCounters() for d in inventory.devices for c in d.neuroncore_ids}
+        )
+        self._latency_log: deque = deque()  # (sequence, end, total, device) of every execution
+        self._latency_seq = 0
         self._hw_counters = [
             {
                 "neuron_device_index": d.index,
@@ -108,8 +114,30 @@ class Telemetry:
 
     # -- process lifecycle (called by the registry owner) ------------------------------------
     def forget(self, pid: int) -> None:
+        """The process is gone: fold its counters into the retired totals."""
         with self._lock:
-            self._procs.pop(pid, None)
+            state = self._procs.pop(pid, None)
+            if state is None:
+                return
+            now = time.monotonic()
+            retired = self._retired
+            for core, counters in state.cores.items():
+                counters.settle(now)
+                view = counters.view(now)
+                target = retired.cores.setdefault(core, _CoreCounters())
+                target.busy += view["busy"]
+                target.flops += view["flops"]
+                for e, s in view["engines"].items():
+                    target.engines[e] = target.engines.get(e, 0.0) + s
+            for key, value in state.executions.items():
+                retired.executions[key] += value
+            for key, value in state.errors.items():
+                retired.errors[key] += value
+            for key, value in state.compile_cache.items():
+                retired.compile_cache[key] += value
+            for link, values in state.collectives.items():
+                for key, value in values.items():
+                    retired.collectives[link][key] += value
 
     def _state(self, proc: NeuronProcess) -> ProcessTelemetry:
         state = self._procs.get(proc.pid)
@@ -153,6 +181,10 @@ class Telemetry:
             state.latencies.append((end, float(body["total_latency"]), device_seconds))
             while state.latencies and state.latencies[0][0] < end - LATENCY_WINDOW_S:
                 state.latencies.popleft()
+            self._latency_seq += 1
+            self._latency_log.append((self._latency_seq, end, float(body["total_latency"]), device_seconds))
+            while self._latency_log and self._latency_log[0][1] < end - LATENCY_WINDOW_S:
+                self._latency_log.popleft()
             state.compile_cache = {k: int(body["compile_cache"][k]) for k in ("hits", "misses")}
             for c in body.get("collectives", []):
                 link = "neuronlink" if int(c.get("nodes", 1)) <= 1 else "efa"
@@ -191,6 +223,8 @@ class Telemetry:
                     continue
                 entries.append(self._process_entry(proc, self._state(proc), now))
             hw = [dict(d) for d in self._hw_counters]
+            retired = self._retired_entry(now)
+            latency_log = [list(x) for x in self._latency_log]
         return {
             "time": time.time(),
             "monotonic": now,
@@ -199,6 +233,30 @@ class Telemetry:
             "processes": entries,
             "host": host_snapshot(),
             "hardware_counters": hw,
+            "retired": retired,
+            "latency_log": latency_log,
+        }
+
+    def _retired_entry(self, now: float) -> dict[str, Any]:
+        """Exited processes' cumulative counters, shaped like a process entry (pid 0)."""
+        r = self._retired
+        return {
+            "pid": 0,
+            "tag": "retired",
+            "command": "",
+            "runtime_version": "",
+            "kind": RUNTIME,
+            "neuroncores": sorted(r.cores),
+            "cpu": None,
+            "cpu_error": "",
+            "cores": {str(c): r.cores[c].view(now) for c in sorted(r.cores)},
+            "executions": dict(r.executions),
+            "errors": dict(r.errors),
+            "latencies": [],
+            "compile_cache": dict(r.compile_cache),
+            "collectives": {k: dict(v) for k, v in r.collectives.items()},
+            "memory": {"host": dict.fromkeys(HOST_CATEGORIES, 0), "cores": {}},
+            "loaded_models": [],
         }
 
     def _process_entry(self, proc: NeuronProcess, state: ProcessTelemetry, now: float) -> dict[str, Any]:

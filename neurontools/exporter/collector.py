@@ -107,13 +107,28 @@ def _before(prev: Snapshot | None, proc: ProcessSnapshot) -> ProcessSnapshot | N
     return before if before is not None and before.is_runtime else None
 
 
+def counter_sources(
+    prev: Snapshot | None, cur: Snapshot
+) -> tuple[list[tuple[ProcessSnapshot, ProcessSnapshot | None]], list[ProcessSnapshot]]:
+    """What node counters grow by between two snapshots: ``(now, before)`` pairs of the live
+    processes and of the daemon's ``retired`` totals, and the processes that exited in between,
+    whose earlier counters must be taken off again (their final ones moved into ``retired``)."""
+    pairs: list[tuple[ProcessSnapshot, ProcessSnapshot | None]] = [(p, _before(prev, p)) for p in cur.runtime_processes]
+    exited: list[ProcessSnapshot] = []
+    if cur.retired is not None:
+        pairs.append((cur.retired, prev.retired if prev is not None else None))
+        live = {p.pid for p in cur.runtime_processes}
+        exited = [p for p in prev.runtime_processes if p.pid not in live] if prev is not None else []
+    return pairs, exited
+
+
 def core_deltas(prev: Snapshot | None, cur: Snapshot) -> dict[int, CoreDelta]:
-    """Per-core counter increases from ``prev`` to ``cur`` (every core the runtime processes report)."""
+    """Per-core counter increases from ``prev`` to ``cur``, counting processes that exited in between."""
     busy: dict[int, float] = {}
     flops: dict[int, int] = {}
     engines: dict[int, dict[str, float]] = {}
-    for proc in cur.runtime_processes:
-        before = _before(prev, proc)
+    pairs, exited = counter_sources(prev, cur)
+    for proc, before in pairs:
         for core, now in proc.cores.items():
             old = before.cores.get(core) if before is not None else None
             busy[core] = busy.get(core, 0.0) + counter_delta(now.busy, old.busy if old else None)
@@ -122,7 +137,14 @@ def core_deltas(prev: Snapshot | None, cur: Snapshot) -> dict[int, CoreDelta]:
             for name, value in now.engines.items():
                 prior = old.engines.get(name) if old is not None else None
                 per_engine[name] = per_engine.get(name, 0.0) + counter_delta(value, prior)
-    return {core: CoreDelta(busy[core], flops[core], engines[core]) for core in busy}
+    for proc in exited:
+        for core, old in proc.cores.items():
+            busy[core] = max(0.0, busy.get(core, 0.0) - old.busy)
+            flops[core] = max(0, flops.get(core, 0) - old.flops)
+            per_engine = engines.setdefault(core, {})
+            for name, value in old.engines.items():
+                per_engine[name] = max(0.0, per_engine.get(name, 0.0) - value)
+    return {core: CoreDelta(busy[core], flops[core], engines.get(core, {})) for core in busy}
 
 
 @dataclass(frozen=True)
@@ -213,6 +235,7 @@ class Accumulator:
     def __init__(self) -> None:
         self._t = Totals()
         self._last_end: dict[int, float] = {}  # pid -> end time of the last latency observed
+        self._last_seq = 0  # sequence number of the last execution observed in the latency log
 
     @property
     def totals(self) -> Totals:
@@ -230,28 +253,45 @@ class Accumulator:
         hits, misses = t.compile_hits, t.compile_misses
         col_bytes, col_ops = dict(t.collective_bytes), dict(t.collective_operations)
         buckets, lat_sum = list(t.latency_buckets), t.latency_sum
-        for proc in cur.runtime_processes:
-            before = _before(prev, proc)
+        pairs, exited = counter_sources(prev, cur)
+        signs = [(proc, before, 1) for proc, before in pairs] + [(proc, None, -1) for proc in exited]
+        for proc, before, sign in signs:  # exited processes: take off what was added before
             for key in EXECUTION_SUMMARY_KEYS:
-                executions[key] += _inc(proc.executions, before and before.executions, key)
+                executions[key] += sign * _inc(proc.executions, before and before.executions, key)
             for key in ERROR_SUMMARY_KEYS:
-                errors[key] += _inc(proc.errors, before and before.errors, key)
-            hits += _inc(proc.compile_cache, before and before.compile_cache, "hits")
-            misses += _inc(proc.compile_cache, before and before.compile_cache, "misses")
+                errors[key] += sign * _inc(proc.errors, before and before.errors, key)
+            hits += sign * _inc(proc.compile_cache, before and before.compile_cache, "hits")
+            misses += sign * _inc(proc.compile_cache, before and before.compile_cache, "misses")
             for link in LINK_TYPES:
                 now_c = getattr(proc.collectives, link)
                 old_c = getattr(before.collectives, link) if before else None
-                col_bytes[link] += _inc(now_c, old_c, "bytes")
-                col_ops[link] += _inc(now_c, old_c, "operations")
-            last = self._last_end.get(proc.pid, -math.inf)
-            for lat in proc.latencies:
-                if lat.end > last:
+                col_bytes[link] += sign * _inc(now_c, old_c, "bytes")
+                col_ops[link] += sign * _inc(now_c, old_c, "operations")
+        if cur.latency_log:  # every execution of every process, each observed once by sequence
+            if cur.latency_log[-1][0] < self._last_seq:  # the daemon restarted: numbering began again
+                self._last_seq = 0
+            for seq, lat in cur.latency_log:
+                if seq > self._last_seq:
                     buckets[_bucket(lat.total)] += 1
                     lat_sum += lat.total
-            if proc.latencies:
-                self._last_end[proc.pid] = max(last, max(lat.end for lat in proc.latencies))
-        live = {p.pid for p in cur.runtime_processes}
-        self._last_end = {pid: end for pid, end in self._last_end.items() if pid in live}
+            self._last_seq = max(self._last_seq, cur.latency_log[-1][0])
+        else:  # an older daemon: per-process latencies
+            for proc in cur.runtime_processes:
+                last = self._last_end.get(proc.pid, -math.inf)
+                for lat in proc.latencies:
+                    if lat.end > last:
+                        buckets[_bucket(lat.total)] += 1
+                        lat_sum += lat.total
+                if proc.latencies:
+                    self._last_end[proc.pid] = max(last, max(lat.end for lat in proc.latencies))
+            live = {p.pid for p in cur.runtime_processes}
+            self._last_end = {pid: end for pid, end in self._last_end.items() if pid in live}
+        # a daemon restart resets its counters: never let a node counter go backwards
+        executions = {k: max(v, t.executions[k]) for k, v in executions.items()}
+        errors = {k: max(v, t.errors[k]) for k, v in errors.items()}
+        hits, misses = max(hits, t.compile_hits), max(misses, t.compile_misses)
+        col_bytes = {k: max(v, t.collective_bytes[k]) for k, v in col_bytes.items()}
+        col_ops = {k: max(v, t.collective_operations[k]) for k, v in col_ops.items()}
 
         ecc = dict(t.ecc)
         before_hw = {c.neuron_device_index: c for c in prev.hardware_counters} if prev else {}

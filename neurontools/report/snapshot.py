@@ -323,6 +323,10 @@ class Snapshot:
     processes: tuple[ProcessSnapshot, ...]
     host: HostSnapshot
     hardware_counters: tuple[DeviceCounters, ...]
+    # counters of exited processes (pid 0) and every recent execution as (sequence, latency);
+    # absent from older daemons
+    retired: ProcessSnapshot | None = None
+    latency_log: tuple[tuple[int, Latency], ...] = ()
 
     def process(self, pid: int) -> ProcessSnapshot | None:
         for proc in self.processes:
@@ -516,7 +520,19 @@ def snapshot_from_dict(data: Any) -> Snapshot:
         processes=tuple(process_from_dict(p, f"{where}.processes[{i}]") for i, p in enumerate(processes)),
         host=_host(_get(root, "host", where), f"{where}.host"),
         hardware_counters=tuple(_device_counters(c, f"{where}.hardware_counters[{i}]") for i, c in enumerate(counters)),
+        retired=None if root.get("retired") is None else process_from_dict(root["retired"], f"{where}.retired"),
+        latency_log=tuple(
+            _logged_latency(v, f"{where}.latency_log[{i}]")
+            for i, v in enumerate(_arr(_get(root, "latency_log", where, []), f"{where}.latency_log"))
+        ),
     )
+
+
+def _logged_latency(value: Any, where: str) -> tuple[int, Latency]:
+    items = _arr(value, where)
+    if len(items) != 4:
+        raise _fail(where, "[sequence, end, total, device]", value)
+    return _int(items[0], f"{where}[0]"), _latency(items[1:], where)
 
 
 def fetch_snapshot(client: DaemonClient) -> Snapshot:

@@ -9,12 +9,18 @@ from tests.test_exporter_app import start_exporter
 from tests.test_training_e2e import lines, mlp_flops, train
 
 
-def test_short_lived_processes_are_counted_in_full(daemon, short_tmp: Path, exporters) -> None:
+def test_short_lived_processes_are_counted_in_full(daemon, short_tmp: Path) -> None:
     exporter = start_exporter(daemon.address, "--interval", "1")
-    exporters.append(exporter)
+    try:
+        check_counts(exporter, short_tmp, daemon.address)
+    finally:
+        exporter.stop()
+
+
+def check_counts(exporter, short_tmp: Path, address: str) -> None:
     steps = 0
     for _ in range(2):  # each run ends well within one collection interval of its last step
-        out = [s for s in lines(train(daemon.address, short_tmp, "--steps", "15")) if "step" in s]
+        out = [s for s in lines(train(address, short_tmp, "--steps", "15")) if "step" in s]
         steps += len(out)
 
     def settled() -> bool:

@@ -149,18 +149,29 @@ def parse_args(argv: Sequence[str]) -> Options:
 # -- the app --------------------------------------------------------------------------------------
 
 
-def metrics_registry(collector: Collector, *, per_process: bool) -> CollectorRegistry:
-    """Compatible families (if installed), extended families, and prometheus_client's defaults."""
-    registry = CollectorRegistry()
-    for default in (ProcessCollector, PlatformCollector, GCCollector):
-        default(registry=registry)
-    if collector.compat.enabled:
-        registry.register(collector.compat)  # type: ignore[arg-type]
-    registry.register(ExtendedCollector(lambda: collector.state, per_process=per_process))  # type: ignore[arg-type]
-    return registry
+class Exposition:
+    """The Neuron families are rendered once per collection, on the collection thread; a scrape
+    sends those bytes plus prometheus_client's small process/platform/GC families."""
+
+    def __init__(self, collector: Collector, *, per_process: bool) -> None:
+        self.defaults = CollectorRegistry()
+        for default in (ProcessCollector, PlatformCollector, GCCollector):
+            default(registry=self.defaults)
+        self.neuron = CollectorRegistry()
+        if collector.compat.enabled:
+            self.neuron.register(collector.compat)  # type: ignore[arg-type]
+        self.neuron.register(ExtendedCollector(lambda: collector.state, per_process=per_process))  # type: ignore[arg-type]
+        self._rendered = generate_latest(self.neuron)
+        collector.on_collected = self.render
+
+    def render(self) -> None:
+        self._rendered = generate_latest(self.neuron)
+
+    def scrape(self) -> bytes:
+        return generate_latest(self.defaults) + self._rendered
 
 
-def create_app(collector: Collector, registry: CollectorRegistry, *, session: ToolSession | None = None) -> FastAPI:
+def create_app(collector: Collector, exposition: Exposition, *, session: ToolSession | None = None) -> FastAPI:
     """The exporter's app; its lifespan runs ``collector`` and closes ``session`` at shutdown."""
 
     @contextlib.asynccontextmanager
@@ -187,7 +198,7 @@ def create_app(collector: Collector, registry: CollectorRegistry, *, session: To
     @app.get("/metrics", response_class=Response, tags=["metrics"])
     def metrics() -> Response:
         """Prometheus text exposition of the latest collected state."""
-        return Response(generate_latest(registry), media_type=TEXT_FORMAT)
+        return Response(exposition.scrape(), media_type=TEXT_FORMAT)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
@@ -282,7 +293,7 @@ def _main(argv: list[str]) -> int:
 
     session = ToolSession(DaemonClient(client.address, timeout=SESSION_TIMEOUT), " ".join([PROG, *argv]))
     collector = Collector(client, opts.interval, compat=CompatFeed.load(), session=session)
-    app = create_app(collector, metrics_registry(collector, per_process=opts.per_process), session=session)
+    app = create_app(collector, Exposition(collector, per_process=opts.per_process), session=session)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2)
     server = _Server(config)
     print(f"{PROG}: serving {_url(sock)}/metrics (daemon {client.address})", file=sys.stderr, flush=True)

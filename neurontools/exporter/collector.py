@@ -459,6 +459,8 @@ class Collector:
         self._check_registration = True
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # called on the collection thread after each collection (e.g. to render the exposition)
+        self.on_collected: Callable[[], None] | None = None
 
     # -- thread ---------------------------------------------------------------------------------
 
@@ -476,6 +478,8 @@ class Collector:
         while not self._stop.is_set():
             try:
                 self.collect_once()
+                if self.on_collected is not None:
+                    self.on_collected()
             except Exception as exc:  # a bug must not end collection silently: say so, stay unready, retry
                 print(f"neuron-exporter: collection failed: {exc!r}", file=sys.stderr, flush=True)
                 self.state = replace(self.state, source_up=False, error=f"collection failed: {exc!r}")

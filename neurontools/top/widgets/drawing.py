@@ -1,0 +1,105 @@
+"""Text drawing shared by the widgets: bars, sparklines, styles, column layout."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.text import Text
+
+BAR_CHAR = "|"  # U+007C, as the real tool draws its bars
+SPARK_CHARS = "▁▂▃▄▅▆▇█"
+FILLED = "green"
+EMPTY = "grey37"
+SYSTEM = "red"
+NA_STYLE = "dim"
+SECTION = "bold white on dark_blue"
+TITLE = "bold black on green"
+ACTIVE_TAB = "bold green"
+BANNER = "bold white on red"
+SELECTED_ROW = "reverse"
+MIN_BAR = 6
+GROUP_GAP = 2
+
+
+def bar(width: int, *parts: tuple[float | None, str]) -> Text:
+    """``width`` bar characters: each (percent, style) part filled in turn, the rest grey.
+
+    Unknown values fill nothing; the total is capped at the bar's width.
+    """
+    text = Text()
+    used = 0
+    for percent, style in parts:
+        if percent is None or width <= 0:
+            continue
+        cells = min(round(max(percent, 0.0) / 100 * width), width - used)
+        if cells > 0:
+            text.append(BAR_CHAR * cells, style)
+            used += cells
+    text.append(BAR_CHAR * (width - used), EMPTY)
+    return text
+
+
+def sparkline(values: Sequence[float], width: int) -> Text:
+    """The last ``width`` values (percent 0-100) as block characters, right-aligned."""
+    shown = list(values)[-width:] if width > 0 else []
+    text = Text(" " * (width - len(shown)))
+    top = len(SPARK_CHARS) - 1
+    for value in shown:
+        level = min(max(math.ceil(value / 100 * top), 0), top) if value > 0 else 0
+        text.append(SPARK_CHARS[level], FILLED)
+    return text
+
+
+def section(label: str, width: int, right: str = "") -> Text:
+    line = Text(label, SECTION)
+    if right:
+        line.append(" " * max(width - len(label) - len(right), 1), SECTION)
+        line.append(right, SECTION)
+    line.append(" " * max(width - line.cell_len, 0), SECTION)
+    line.truncate(width)
+    return line
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    """How a grid of ``rows`` labelled rows is laid out side by side in column groups."""
+
+    groups: int
+    rows_per_group: int
+    group_width: int
+
+
+def column_groups(rows: int, width: int, avail_rows: int, min_group: int) -> GroupLayout:
+    """As many groups as needed to show every row within ``avail_rows`` lines, if they fit the width."""
+    wanted = max(1, math.ceil(rows / max(avail_rows, 1)))
+    fit = max(1, (width + GROUP_GAP) // (min_group + GROUP_GAP))
+    groups = max(1, min(wanted, fit, rows or 1))
+    group_width = (width - GROUP_GAP * (groups - 1)) // groups
+    return GroupLayout(groups, math.ceil(rows / groups) if rows else 0, group_width)
+
+
+def join_groups(cells: Sequence[Text], layout: GroupLayout) -> list[Text]:
+    """Lay ``cells`` (one per row, each ``group_width`` wide) out column-major in ``layout.groups``."""
+    lines = []
+    for r in range(layout.rows_per_group):
+        line = Text()
+        for g in range(layout.groups):
+            index = g * layout.rows_per_group + r
+            if index >= len(cells):
+                break
+            if g:
+                line.append(" " * GROUP_GAP)
+            cell = cells[index].copy()
+            cell.truncate(layout.group_width, pad=True)
+            line.append_text(cell)
+        lines.append(line)
+    return lines
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` columns (with an ellipsis) or padded to it."""
+    if len(text) > width:
+        return text[: max(width - 1, 0)] + "…" if width > 0 else ""
+    return text.ljust(width)

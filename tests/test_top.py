@@ -1,0 +1,738 @@
+"""neuron-top: data mapping, keys, views and robustness with deterministic fake daemons (Textual
+Pilot and SVG snapshots), and once for real: a daemon, a training process and neuron-top in tmux.
+
+The fake daemon answers ``/v1/snapshot`` like the real one (docs/snapshot.md): cumulative
+counters that grow by fixed amounts per call, one second of daemon time per call, fixed PIDs.
+Everything neuron-top shows therefore follows from those rates through the real pipeline
+(snapshot parsing, ReportBuilder, report mapping).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from neurontools.sources.address import DaemonAddress
+from neurontools.sources.daemon_client import DaemonUnavailable
+from neurontools.sources.report_stream import ReportStream, StreamEnded
+from neurontools.top import formats
+from neurontools.top.app import NeuronTopApp
+from neurontools.top.cli import parse_args
+from neurontools.top.memory_tree import build_tree
+from neurontools.top.model import Sample
+from neurontools.top.report_reader import sample_from_report
+from neurontools.top.sampler import Sampler
+from neurontools.top.sources import DaemonSource, StreamSource
+from neurontools.top.view import core_values, device_memory, host_memory
+from neurontools.top.widgets.panel import TextPanel
+from tests.support import BIN, SPEC_INSTANCE_IDS, run_tool, tool_env, wait_until
+
+VERSION = "0.1.0"  # tools version shown in the title of the snapshots (fixed, not the installed one)
+FIXTURES = Path(__file__).parent / "fixtures" / "report"
+MB = 1024 * 1024
+ENGINE_SHARE = {"tensor": 0.5, "vector": 0.2, "scalar": 0.1, "gpsimd": 0.05, "dma": 0.15}
+HARDWARE = {
+    "trn1.2xlarge": (1, 2),
+    "trn1.32xlarge": (16, 2),
+}
+
+
+# -- a fake daemon --------------------------------------------------------------------------------
+
+
+@dataclass
+class FakeApp:
+    pid: int
+    tag: str
+    command: str
+    cores: tuple[int, ...]
+    busy: dict[int, float]  # busy share (0-1) per core
+    flops: dict[int, float]  # FLOP/s per core
+    cpu: tuple[float, float] = (0.1184, 0.0231)  # CPU seconds per second (user, system)
+    steps: int = 12  # executions per second
+    cache: tuple[int, int] = (40, 2)
+
+
+@dataclass
+class _Counters:
+    busy: dict[int, float] = field(default_factory=dict)
+    flops: dict[int, int] = field(default_factory=dict)
+    engines: dict[int, dict[str, float]] = field(default_factory=dict)
+    cpu: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    completed: int = 0
+
+
+def _ramp(step: int) -> float:
+    """A fixed, repeating load pattern so the sparklines have a shape."""
+    return 0.6 + 0.4 * (step % 8) / 7
+
+
+def _core_memory(core: int) -> dict[str, int]:
+    return {
+        "constants": 100 * MB,
+        "model_code": 50 * MB,
+        "model_shared_scratchpad": 512 * MB,
+        "runtime_memory": 1 * MB,
+        "tensors": 2048 * MB + core * 16 * MB,
+    }
+
+
+def _model(app: FakeApp, core: int, per_device: int) -> dict[str, Any]:
+    device = {"constants": 100 * MB, "model_code": 50 * MB, "runtime_memory": 1 * MB, "tensors": 0}
+    host = {"application_memory": 20480, "constants": 0, "dma_buffers": 0, "tensors": 0}
+    return {
+        "name": f"2.14.227.0+2d4f85be-/tmp/neuroncc_compile_workdir/{app.pid:04x}{core:04x}",
+        "uuid": f"{app.pid:016x}{core:016x}",
+        "model_id": 10001 + core,
+        "is_running": True,
+        "subgraphs": {
+            "sg_00": {
+                "memory_used_bytes": {
+                    "host": sum(host.values()),
+                    "neuron_device": sum(device.values()),
+                    "usage_breakdown": {"host": host, "neuron_device": device},
+                },
+                "neuroncore_index": core % per_device,
+                "neuron_device_index": core // per_device,
+            }
+        },
+    }
+
+
+class FakeDaemon:
+    """Answers the DaemonClient calls neuron-top makes; ``down`` lists snapshot calls that fail."""
+
+    def __init__(self, instance_type: str, apps: Sequence[FakeApp], down: Iterable[int] = ()) -> None:
+        self.instance_type = instance_type
+        self.apps = list(apps)
+        self.down = set(down)
+        self.address = DaemonAddress(socket_path="/tmp/fake-neuron-emulator.sock")
+        self.calls = 0
+        self.step = 0
+        self.registered: list[dict[str, Any]] = []
+        self._counters: dict[int, _Counters] = {}
+
+    def _advance(self) -> None:
+        self.step += 1
+        for app in self.apps:
+            c = self._counters.setdefault(app.pid, _Counters())
+            for core in app.cores:
+                busy = app.busy.get(core, 0.0) * _ramp(self.step)
+                c.busy[core] = c.busy.get(core, 0.0) + busy
+                c.flops[core] = c.flops.get(core, 0) + int(app.flops.get(core, 0.0) * _ramp(self.step))
+                engines = c.engines.setdefault(core, dict.fromkeys(ENGINE_SHARE, 0.0))
+                for name, share in ENGINE_SHARE.items():
+                    engines[name] += busy * share
+            c.cpu = [c.cpu[0] + app.cpu[0], c.cpu[1] + app.cpu[1]]
+            c.completed += app.steps
+
+    def snapshot(self) -> dict[str, Any]:
+        devices, per = HARDWARE[self.instance_type]
+        processes = []
+        for app in self.apps:
+            c = self._counters[app.pid]
+            processes.append(
+                {
+                    "pid": app.pid,
+                    "tag": app.tag,
+                    "command": app.command,
+                    "runtime_version": "2.29.14",
+                    "kind": "runtime",
+                    "neuroncores": list(app.cores),
+                    "cpu": {"user": c.cpu[0], "system": c.cpu[1]},
+                    "cpu_error": "",
+                    "cores": {
+                        str(k): {"busy": c.busy[k], "flops": c.flops[k], "engines": c.engines[k]} for k in app.cores
+                    },
+                    "executions": {
+                        "completed": c.completed,
+                        "completed_with_err": 0,
+                        "completed_with_num_err": 0,
+                        "timed_out": 0,
+                        "incorrect_input": 0,
+                        "failed_to_queue": 0,
+                    },
+                    "errors": dict.fromkeys(("generic", "numerical", "transient", "model", "runtime", "hardware"), 0),
+                    "latencies": [],
+                    "compile_cache": {"hits": app.cache[0], "misses": app.cache[1]},
+                    "memory": {
+                        "host": {
+                            "application_memory": 2048 * MB,
+                            "constants": 0,
+                            "dma_buffers": 16 * MB,
+                            "tensors": 4 * MB,
+                        },
+                        "cores": {str(k): _core_memory(k) for k in app.cores},
+                    },
+                    "loaded_models": [_model(app, k, per) for k in app.cores],
+                }
+            )
+        vcpu = {"user": 0.1416, "nice": 0.0, "system": 0.0311, "idle": 0.8273, "io_wait": 0.0, "irq": 0.0}
+        return {
+            "time": 1795302762.0 + self.step,
+            "monotonic": 5000.0 + self.step,
+            "instance": {
+                "instance_name": "",
+                "instance_id": SPEC_INSTANCE_IDS[self.instance_type],
+                "instance_type": self.instance_type,
+                "instance_availability_zone": "us-west-2d",
+                "instance_availability_zone_id": "usw2-az4",
+                "instance_region": "us-west-2",
+                "ami_id": "ami-0123456789abcdef0",
+                "subnet_id": "subnet-0123456789abcdef0",
+            },
+            "hardware": {
+                "neuron_device_type": "trainium",
+                "neuron_device_version": "v2",
+                "neuroncore_version": "v2",
+                "neuron_device_count": devices,
+                "neuron_device_memory_size": 34359738368,
+                "neuroncore_per_device_count": per,
+                "logical_neuroncore_config": 1,
+            },
+            "processes": processes,
+            "host": {
+                "vcpus": [{**{k: v * self.step for k, v in vcpu.items()}, "soft_irq": 0.0} for _ in range(8)],
+                "context_switches": 1000 * self.step,
+                "memory": {"total": 33110204416, "used": 9876543488, "swap_total": 0, "swap_used": 0},
+            },
+            "hardware_counters": [
+                {
+                    "neuron_device_index": d,
+                    "mem_ecc_corrected": 0,
+                    "mem_ecc_uncorrected": 0,
+                    "sram_ecc_corrected": 0,
+                    "sram_ecc_uncorrected": 0,
+                }
+                for d in range(devices)
+            ],
+        }
+
+    # DaemonClient interface
+    def get(self, path: str) -> Any:
+        if path == "/snapshot":
+            self.calls += 1
+            if self.calls in self.down:
+                raise DaemonUnavailable(self.address, "connection refused")
+            self._advance()
+            return self.snapshot()
+        if path.startswith("/processes/"):
+            return {}
+        raise AssertionError(path)
+
+    def post(self, path: str, body: Any) -> Any:
+        self.registered.append(body)
+        return body
+
+    def delete(self, path: str) -> Any:
+        return {}
+
+
+def small_apps() -> list[FakeApp]:
+    """trn1.2xlarge: two applications, one core each (tags as in the spec's screenshots)."""
+    return [
+        FakeApp(4242, "4242", "python3 train.py", (0,), {0: 0.8742}, {0: 41285734118912}),
+        FakeApp(5151, "neuron app 1", "torchrun --nproc_per_node=1 bert.py", (1,), {1: 0.6989}, {1: 10004e9}),
+    ]
+
+
+def big_apps() -> list[FakeApp]:
+    """trn1.32xlarge: three applications on 30 of the 32 cores; cores 30-31 idle."""
+    llama = range(16)
+    gpt = range(16, 28)
+    return [
+        FakeApp(
+            7001,
+            "llama-7b",
+            "torchrun --nproc_per_node=16 llama.py",
+            tuple(llama),
+            {c: 0.55 + 0.025 * c for c in llama},
+            {c: 4e13 * (0.55 + 0.025 * c) for c in llama},
+            cpu=(1.5, 0.2),
+            steps=4,
+            cache=(310, 16),
+        ),
+        FakeApp(7002, "7002", "python3 gpt.py", tuple(gpt), dict.fromkeys(gpt, 0.3125), dict.fromkeys(gpt, 9.946e12)),
+        FakeApp(7003, "bert", "python3 bert.py", (28, 29), {28: 0.9, 29: 0.8}, {28: 3e13, 29: 2.5e13}),
+    ]
+
+
+def sample_after(daemon: FakeDaemon, reads: int) -> Sample:
+    """The sample neuron-top shows after ``reads`` refreshes from ``daemon`` (the real pipeline)."""
+    sampler = Sampler(DaemonSource(daemon, 1.0, VERSION), VERSION)
+    sample = None
+    for _ in range(reads):
+        sample = sampler.next()
+    assert sample is not None
+    return sample
+
+
+# -- feeds and helpers for the app ----------------------------------------------------------------
+
+
+class FixedFeed:
+    """Always the same sample: the screen is fully deterministic."""
+
+    paced = True
+
+    def __init__(self, sample: Sample) -> None:
+        self.sample = sample
+
+    def next(self) -> Sample | None:
+        return self.sample
+
+    def close(self) -> None:
+        pass
+
+
+class QueueFeed:
+    """Samples the test hands over one by one."""
+
+    paced = True
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue[Sample] = queue.Queue()
+
+    def next(self) -> Sample | None:
+        try:
+            return self.queue.get_nowait()
+        except queue.Empty:
+            return None
+
+    def close(self) -> None:
+        pass
+
+
+async def until(pilot: Any, predicate: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await pilot.pause(0.02)
+
+
+def screen_text(app: NeuronTopApp) -> str:
+    """The plain text of every visible section, top to bottom."""
+    lines = []
+    for panel in app.query(TextPanel):
+        if panel.display and panel.parent is not None and panel.parent.display:
+            lines.extend(line.plain for line in panel.lines(panel.size.width or app.size.width))
+    return "\n".join(lines)
+
+
+def wait_first(count: int = 1):
+    async def run_before(pilot: Any) -> None:
+        await until(pilot, lambda: pilot.app.samples_applied >= count)
+
+    return run_before
+
+
+def press_after_data(*keys: str):
+    async def run_before(pilot: Any) -> None:
+        await until(pilot, lambda: pilot.app.samples_applied >= 1)
+        await pilot.press(*keys)
+        await pilot.pause()
+
+    return run_before
+
+
+# -- formats and mapping --------------------------------------------------------------------------
+
+
+def test_number_formats_follow_the_spec() -> None:
+    assert formats.fmt_bytes(int(888.4 * MB)) == "888.4MB"
+    assert formats.fmt_bytes(0) == "0.0B"
+    assert formats.fmt_bytes(34 * 1024) == "34.0KB"
+    assert formats.fmt_bytes(int(20.2 * 1024 * MB)) == "20.2GB"
+    assert formats.fmt_bytes(None) == "NA"
+    assert formats.fmt_percent_cell(69.89) == "[69.89%]"
+    assert formats.fmt_percent_cell(None) == "[    NA]"
+    assert formats.fmt_tflops_cell(10.004e12) == "[ 10.004TF]"
+    assert formats.fmt_cpu_pair(2.69, 3.97) == "[ 2.69%, 3.97%]"
+    assert formats.fmt_avg_percent(71.19) == "Avg: 71.19%"
+    assert formats.fmt_avg_total_tflops(9.946e12, 318.278e12) == "Avg:    9.946TF | Total:  318.278TF"
+    assert formats.device_label(9) == "ND 9" and formats.device_label(10) == "ND10"
+    assert formats.fmt_core_list((0, 1, 2, 3, 8, 10, 11)) == "0-3,8,10-11"
+
+
+def test_spec_report_maps_to_every_section() -> None:
+    report = json.loads((FIXTURES / "spec_illustrative_report.json").read_text())
+    sample = sample_from_report(report, VERSION)
+    assert (sample.instance_id, sample.instance_type, sample.neuroncore_version) == (
+        "i-0123456789abcdef0",
+        "trn1.2xlarge",
+        "v2",
+    )
+    assert sample.system_vcpu == (14.16, 3.11)
+    [app] = sample.apps
+    assert (app.pid, app.tag, app.cores, app.vcpu) == (4242, "4242", (0, 1), (11.84, 2.31))
+    assert app.steps_per_second == pytest.approx(12 / 1.000086123)
+    values = core_values(sample, None, 2)
+    assert [v.utilization for v in values] == [87.42, 86.97]
+    assert [v.flops for v in values] == [41285734118912, 41072219504640]
+    assert dict(host_memory(sample, None)) == {
+        "Total": 2168455168,
+        "Tensors": 4194304,
+        "Constants": 0,
+        "DMA Buffers": 16777216,
+        "App. Memory": 2147483648,
+    }
+    device = dict(device_memory(sample, None))
+    assert device["Total"] == 5685379072 and device["Model Scratchpad"] == 2 * 536870912
+    [nd0] = build_tree(sample, None)
+    assert nd0.label == "ND 0" and nd0.device_bytes == 5685379072
+    nc0 = nd0.children[0]
+    model = nc0.children[0]
+    assert (model.model_id, model.device_bytes, model.host_bytes) == ("10001", 158334976, 20480)
+    assert [c.label for c in nc0.children[1:]] == [
+        "Tensors",
+        "Constants",
+        "Model Code",
+        "Runtime Memory",
+        "Model Scratchpad",
+    ]
+    assert sum(c.device_bytes for c in nc0.children) == nc0.device_bytes == 5685379072 // 2
+    # what only the daemon snapshot knows is not invented
+    assert sample.engines is None and app.command is None and app.compile_hits is None
+
+
+def test_first_report_shows_na_until_a_period_has_passed() -> None:
+    sample = sample_after(FakeDaemon("trn1.2xlarge", small_apps()), 1)
+    assert [v.utilization for v in core_values(sample, None, 2)] == [None, None]
+    assert sample.system_vcpu is None and sample.engines is None
+    assert dict(device_memory(sample, None))["Total"] is not None  # memory is a gauge: known at once
+    later = sample_after(FakeDaemon("trn1.2xlarge", small_apps()), 2)
+    assert [round(v.utilization, 2) for v in core_values(later, None, 2)] == [
+        round(87.42 * _ramp(2), 2),
+        round(69.89 * _ramp(2), 2),
+    ]
+    assert later.engines is not None and later.engines[0]["tensor"] == pytest.approx(87.42 * _ramp(2) * 0.5)
+    assert later.app(4242).compile_hits == 40 and later.app(4242).steps_per_second == pytest.approx(12)
+
+
+def test_report_stream_reads_ndjson_and_skips_bad_lines() -> None:
+    report = json.loads((FIXTURES / "spec_illustrative_report.json").read_text())
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(write_fd, "wb") as out:
+        out.write(b"\n" + json.dumps(report).encode() + b"\nnot json\n[1]\n" + json.dumps(report).encode() + b"\n")
+    stream = ReportStream(os.fdopen(read_fd, "rb"))
+    sampler = Sampler(StreamSource(stream, VERSION), VERSION)
+    samples = [sampler.next(), sampler.next()]
+    assert all(s is not None and s.apps[0].pid == 4242 and s.error is None for s in samples)
+    assert [s.sequence for s in samples] == [1, 2] and samples[1].history[None, 0] == (87.42, 87.42)
+    assert stream.bad_lines == 2
+    ended = sampler.next()  # end of input: the last report stays on screen, with a banner
+    assert ended is not None and ended.live and ended.apps == samples[1].apps
+    assert ended.error == "end of neuron-monitor input on standard input; showing the last report"
+    assert sampler.next() is None
+    with pytest.raises(StreamEnded):
+        stream.next_report(1.0)
+
+
+# -- the app: keys and views ----------------------------------------------------------------------
+
+
+def test_tabs_keys_and_selection_survive_processes_coming_and_going() -> None:
+    async def scenario() -> None:
+        daemon = FakeDaemon("trn1.2xlarge", small_apps())
+        feed = QueueFeed()
+        app = NeuronTopApp(feed, 0.02)
+        sampler = Sampler(DaemonSource(daemon, 1.0, VERSION), VERSION)
+
+        async def push(pilot: Any) -> None:
+            expected = app.samples_applied + 1
+            feed.queue.put(sampler.next())
+            await until(pilot, lambda: app.samples_applied >= expected)
+
+        async with app.run_test(size=(120, 40)) as pilot:
+            await push(pilot)
+            await push(pilot)
+            text = screen_text(app)
+            assert "Neuron Apps  >[1]:all<  [2]:4242   [3]:neuron app 1 " in text
+            await pilot.press("3")
+            assert app.display_state.pid == 5151
+            assert ">[3]:neuron app 1<" in screen_text(app)
+            await pilot.press("a")
+            assert app.display_state.pid == 4242
+            await pilot.press("d", "d")
+            assert app.display_state.pid is None
+            await pilot.press("9")  # no such tab: nothing changes
+            assert app.display_state.pid is None
+            await pilot.press("3")
+            # a new process appears before the selected one: the selection follows the PID
+            daemon.apps.insert(0, FakeApp(3030, "new-job", "python3 new.py", (), {}, {}))
+            await push(pilot)
+            assert app.display_state.pid == 5151 and ">[4]:neuron app 1<" in screen_text(app)
+            # another process exits: still selected
+            daemon.apps = [a for a in daemon.apps if a.pid != 4242]
+            await push(pilot)
+            assert app.display_state.pid == 5151 and ">[3]:neuron app 1<" in screen_text(app)
+            assert "[2]:4242" not in screen_text(app)
+            # the selected process exits: back to all
+            daemon.apps = [a for a in daemon.apps if a.pid != 5151]
+            await push(pilot)
+            assert app.display_state.pid is None and ">[1]:all<" in screen_text(app)
+            await pilot.press("q")
+        assert app.return_code == 0
+
+    asyncio.run(scenario())
+
+
+def test_process_tab_shows_only_that_process() -> None:
+    async def scenario() -> None:
+        sample = sample_after(FakeDaemon("trn1.2xlarge", small_apps()), 2)
+        app = NeuronTopApp(FixedFeed(sample), 60)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.samples_applied >= 1)
+            await pilot.press("2")
+            text = screen_text(app)
+            util0 = 87.42 * _ramp(2)
+            assert f"NeuronCore v2 Utilization (Avg: {util0 / 2:.2f}%)" in text
+            assert f"[{util0:5.2f}%]" in text and "[ 0.00%]" in text
+            assert "Runtime vCPU Usage" in text and "[11.84%, 2.31%]" in text
+            assert f"Device Used Memory  Total: {formats.fmt_bytes(sum(_core_memory(0).values()))}" in text
+
+    asyncio.run(scenario())
+
+
+def test_flops_and_engine_views() -> None:
+    async def scenario() -> None:
+        sample = sample_after(FakeDaemon("trn1.32xlarge", big_apps()), 3)
+        app = NeuronTopApp(FixedFeed(sample), 60)
+        async with app.run_test(size=(160, 60)) as pilot:
+            await until(pilot, lambda: app.samples_applied >= 1)
+            await pilot.press("f")
+            text = screen_text(app)
+            flops = [v.flops for v in core_values(sample, None, 32)]
+            avg, total = sum(flops) / 32, sum(flops)
+            assert f"NeuronCore v2 Utilization ({formats.fmt_avg_total_tflops(avg, total)})" in text
+            assert formats.fmt_tflops_cell(flops[0]) in text and "[  0.000TF]" in text
+            await pilot.press("F")  # the user guide writes the key as F
+            util = [v.utilization for v in core_values(sample, None, 32)]
+            assert f"NeuronCore v2 Utilization ({formats.fmt_avg_percent(sum(util) / 32)})" in screen_text(app)
+            await pilot.press("f")
+            await pilot.press("f", "e")
+            text = screen_text(app)
+            assert "Engine Utilization (TensorE / VectorE / ScalarE / GpSimd / DMA)" in text
+            assert "TensorE  VectorE  ScalarE   GpSimd      DMA" in text
+            busy = (0.55 + 0.025 * 3) * _ramp(3) * 100
+            row = next(line for line in text.splitlines() if line.startswith("ND1 NC1"))
+            assert row.split()[2:7] == [formats.fmt_percent(busy * s).strip() for s in ENGINE_SHARE.values()]
+            await pilot.press("e", "p")
+            text = screen_text(app)
+            assert "Neuron Processes" in text
+            llama = next(line for line in text.splitlines() if "llama-7b" in line)
+            assert (
+                llama.split()[:2] == ["7001", "llama-7b"] and "0-15" in llama and llama.split()[-2:] == ["4.00", "310"]
+            )
+
+    asyncio.run(scenario())
+
+
+def test_memory_tree_keys() -> None:
+    async def scenario() -> None:
+        sample = sample_after(FakeDaemon("trn1.2xlarge", small_apps()), 2)
+        app = NeuronTopApp(FixedFeed(sample), 60)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.samples_applied >= 1)
+            tree = app.tree
+
+            def labels() -> list[str]:
+                return [("  " * r.depth) + r.node.label for r in tree.rows]
+
+            assert labels()[:3] == ["ND 0", "  NC 0", "    2.14.227.0+2d4f85be-/tmp/neuroncc_compile_workdir/10920000"]
+            assert "[-] ND 0" in screen_text(app)
+            await pilot.press("enter")  # collapse the selected device
+            assert labels() == ["ND 0"] and "[+] ND 0" in screen_text(app)
+            await pilot.press("right", "down", "down", "enter")  # expand ND 0, go to its model, open it
+            assert tree.selected_key == "nd0/nc0/m10001@4242"
+            assert "      Tensors" in labels()[3]
+            await pilot.press("left", "left")  # collapse the model, then go to its core
+            assert tree.selected_key == "nd0/nc0"
+            await pilot.press("x")  # expand everything
+            assert len(tree.rows) == 1 + 2 + 2 * (1 + 4) + 2 * 5
+            await pilot.press("x")  # collapse everything
+            assert labels() == ["ND 0"]
+
+    asyncio.run(scenario())
+
+
+def test_daemon_loss_shows_a_banner_keeps_the_tabs_and_recovers() -> None:
+    async def scenario() -> None:
+        daemon = FakeDaemon("trn1.2xlarge", small_apps(), down=range(4, 9))
+        app = NeuronTopApp(Sampler(DaemonSource(daemon, 0.05, VERSION), VERSION), 0.05)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.samples_applied >= 2)
+            await pilot.press("3")
+            await until(pilot, lambda: app.sample.error is not None)
+            text = screen_text(app)
+            assert "daemon unreachable at /tmp/fake-neuron-emulator.sock; retrying (connection refused)" in text
+            assert "NeuronCore v2 Utilization (Avg: NA)" in text and "[    NA]" in text
+            assert ">[3]:neuron app 1<" in text and app.display_state.pid == 5151
+            await until(pilot, lambda: app.sample.error is None and app.sample.engines is not None)
+            text = screen_text(app)
+            assert "unreachable" not in text and "[    NA]" not in text
+            assert app.display_state.pid == 5151
+        assert daemon.registered and daemon.registered[0]["kind"] == "tool"
+
+    asyncio.run(scenario())
+
+
+# -- SVG snapshots --------------------------------------------------------------------------------
+
+
+def test_snapshot_trn1_2xlarge(snap_compare) -> None:
+    sample = sample_after(FakeDaemon("trn1.2xlarge", small_apps()), 12)
+    assert snap_compare(NeuronTopApp(FixedFeed(sample), 60), terminal_size=(120, 40), run_before=wait_first())
+
+
+def test_snapshot_trn1_2xlarge_80x24_flops_second_tab(snap_compare) -> None:
+    sample = sample_after(FakeDaemon("trn1.2xlarge", small_apps()), 12)
+    app = NeuronTopApp(FixedFeed(sample), 60)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=press_after_data("f", "3"))
+
+
+def test_snapshot_trn1_32xlarge_full_size(snap_compare) -> None:
+    sample = sample_after(FakeDaemon("trn1.32xlarge", big_apps()), 12)
+    assert snap_compare(NeuronTopApp(FixedFeed(sample), 60), terminal_size=(160, 60), run_before=wait_first())
+
+
+def test_snapshot_trn1_32xlarge_80x24(snap_compare) -> None:
+    sample = sample_after(FakeDaemon("trn1.32xlarge", big_apps()), 12)
+    assert snap_compare(NeuronTopApp(FixedFeed(sample), 60), terminal_size=(80, 24), run_before=wait_first())
+
+
+def test_snapshot_engines_and_processes(snap_compare) -> None:
+    sample = sample_after(FakeDaemon("trn1.32xlarge", big_apps()), 12)
+    app = NeuronTopApp(FixedFeed(sample), 60)
+    assert snap_compare(app, terminal_size=(160, 50), run_before=press_after_data("e", "p"))
+
+
+def test_snapshot_history_sparklines(snap_compare) -> None:
+    sample = sample_after(FakeDaemon("trn1.2xlarge", small_apps()), 40)
+    app = NeuronTopApp(FixedFeed(sample), 60)
+    assert snap_compare(app, terminal_size=(120, 30), run_before=press_after_data("s", "x"))
+
+
+def test_snapshot_daemon_unreachable_at_start(snap_compare) -> None:
+    sample = Sample(tools_version=VERSION).unreachable(
+        "daemon unreachable at /tmp/fake-neuron-emulator.sock; retrying (socket does not exist)"
+    )
+    assert snap_compare(NeuronTopApp(FixedFeed(sample), 60), terminal_size=(80, 24), run_before=wait_first())
+
+
+def test_stdin_reports_show_na_for_what_reports_lack(snap_compare) -> None:
+    report = json.loads((FIXTURES / "spec_illustrative_report.json").read_text())
+    sample = replace(sample_from_report(report, VERSION), sequence=1)
+    app = NeuronTopApp(FixedFeed(sample), 60)
+    assert snap_compare(app, terminal_size=(100, 30), run_before=press_after_data("e", "p"))
+
+
+# -- command line ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--interval", "0"], "argument --interval: 0 is out of range"),
+        (["--interval", "x"], "argument --interval: invalid value 'x'"),
+        (["extra"], "unrecognized arguments: extra"),
+        (["--source", "ftp://x"], "expected a socket path or http://HOST:PORT"),
+    ],
+)
+def test_bad_arguments_one_line_and_exit_1(argv: list[str], needle: str) -> None:
+    result = run_tool(["neuron-top", *argv], None, timeout=30)
+    assert result.returncode == 1
+    assert result.stderr.startswith("neuron-top: error: ") and needle in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""
+
+
+def test_help_version_and_no_terminal() -> None:
+    assert parse_args(["--interval", "2.5", "--source", "-"]).from_stdin
+    help_run = run_tool(["neuron-top", "--help"], None)
+    assert help_run.returncode == 0 and "--interval SECONDS" in help_run.stdout
+    no_tty = run_tool(["neuron-top"], None)  # stdout is a pipe
+    assert no_tty.returncode == 1 and "not a terminal" in no_tty.stderr
+    assert len(no_tty.stderr.strip().splitlines()) == 1
+
+
+# -- for real: tmux, a daemon, a training process -------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_neuron_top_in_tmux_with_a_real_training_process(daemon, short_tmp: Path) -> None:
+    from tests.test_training_e2e import train
+
+    trainer = train(
+        daemon.address, short_tmp, "--steps", "100000", "--width", "128", env={"NEURON_PROCESS_TAG": "toptrain"}
+    )
+    tmux = ["tmux", "-S", str(short_tmp / "tmux.sock")]
+    try:
+        assert trainer.stdout is not None and '"step": 0' in trainer.stdout.readline()
+        env = tool_env(daemon.address)
+        command = f"exec env NEURON_EMULATOR_ADDR={daemon.address} PATH={env['PATH']} {BIN / 'neuron-top'}"
+        subprocess.run([*tmux, "new-session", "-d", "-x", "120", "-y", "40", "-s", "top", command], check=True)
+
+        def pane() -> str:
+            out = subprocess.run([*tmux, "capture-pane", "-p", "-t", "top"], capture_output=True, text=True)
+            return out.stdout
+
+        title = f"neuron-top {formats_version()} running on {SPEC_INSTANCE_IDS['trn1.2xlarge']} (trn1.2xlarge)"
+        assert wait_until(lambda: title in pane() and "[2]:toptrain" in pane(), 20), pane()
+        # after one period the grid has measured values, the training core is busy
+        assert wait_until(lambda: "Avg: NA" not in pane() and "[    NA]" not in pane(), 10), pane()
+        screen = pane()
+        nd0 = next(line for line in screen.splitlines() if line.startswith("ND0 "))
+        assert nd0.count("[") == 2 and "/32.0GB" in nd0
+        assert "Memory Usage Details" in screen and "[-] ND 0" in screen
+        listed = run_tool(["neuron-ls", "-a"], daemon.address).stdout
+        assert "neuron-top" in listed  # registered as a tool while it runs
+        subprocess.run([*tmux, "send-keys", "-t", "top", "2"], check=True)
+        assert wait_until(lambda: ">[2]:toptrain<" in pane(), 5), pane()
+        subprocess.run([*tmux, "send-keys", "-t", "top", "q"], check=True)
+        gone = subprocess.run
+        assert wait_until(lambda: gone([*tmux, "has-session", "-t", "top"], capture_output=True).returncode != 0, 10)
+        assert wait_until(lambda: "neuron-top" not in run_tool(["neuron-ls", "-a"], daemon.address).stdout, 5)
+
+        # the same training seen through a real neuron-monitor stream on stdin (keys still work)
+        config = short_tmp / "monitor.json"
+        groups = ["neuroncore_counters", "memory_used", "neuron_runtime_vcpu_usage", "execution_stats"]
+        config.write_text(
+            json.dumps(
+                {
+                    "period": "1s",
+                    "neuron_runtimes": [{"tag_filter": ".*", "metrics": [{"type": g} for g in groups]}],
+                    "system_metrics": [{"type": "vcpu_usage"}, {"type": "memory_info"}],
+                }
+            )
+        )
+        pipeline = f"{BIN / 'neuron-monitor'} -c {config} | {BIN / 'neuron-top'} --source -"
+        command = f"export NEURON_EMULATOR_ADDR={daemon.address}; {pipeline}"
+        subprocess.run([*tmux, "new-session", "-d", "-x", "120", "-y", "40", "-s", "top", command], check=True)
+        assert wait_until(lambda: title in pane() and "[2]:toptrain" in pane() and "Avg: NA" not in pane(), 20), pane()
+        subprocess.run([*tmux, "send-keys", "-t", "top", "e"], check=True)
+        assert wait_until(lambda: "Engine Utilization" in pane(), 5), pane()
+        assert "ND0 NC0          NA       NA" in pane()  # reports carry no engine times: NA, not invented
+        subprocess.run([*tmux, "send-keys", "-t", "top", "q"], check=True)
+        assert wait_until(lambda: gone([*tmux, "has-session", "-t", "top"], capture_output=True).returncode != 0, 10)
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+        trainer.kill()
+        trainer.communicate(timeout=15)
+
+
+def formats_version() -> str:
+    from neurontools import __version__
+
+    return __version__

@@ -20,8 +20,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[emulator,dev]'
 	@touch $(STAMP)
 
+# In a terminal: the full demo (daemon + training + neuron-exporter on :8000 + neuron-top; q quits).
+# Without one (a pipe, CI): the neuron-ls walkthrough of scripts/demo.sh.
 demo: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
+	@if [ -t 1 ]; then PATH="$(CURDIR)/$(BIN):$$PATH" neuron-emulator demo; \
+	else PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh; fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check neurontools emulator tests scripts examples $(wildcard benchmarks)

@@ -87,6 +87,22 @@ def _build_parser() -> argparse.ArgumentParser:
         p.add_argument("--port", type=int, metavar="N", help="daemon on 127.0.0.1:N")
         if name == "status":
             p.add_argument("--json", action="store_true", help="print the daemon's status object as JSON")
+    demo = sub.add_parser(
+        "demo",
+        help="daemon + real training + neuron-exporter on :8000 + neuron-top; q stops all of it",
+    )
+    demo.add_argument(
+        "--instance-type",
+        "-i",
+        default="trn1.2xlarge",
+        choices=list(INSTANCE_TYPES),
+        metavar="TYPE",
+        help=f"one of {', '.join(INSTANCE_TYPES)} (default trn1.2xlarge)",
+    )
+    demo.add_argument("--workload", default="gpt-tiny", metavar="NAME", help="workload to train (default gpt-tiny)")
+    demo.add_argument(
+        "--exporter-port", type=int, default=8000, metavar="N", help="neuron-exporter port (default 8000)"
+    )
     fault = sub.add_parser("fault", help="inject hardware faults (ECC events) on the emulated devices")
     fault.add_argument("kind", choices=["ecc"], help="fault kind")
     fault.add_argument("--device", type=int, required=True, metavar="N", help="Neuron device index")
@@ -263,6 +279,19 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from emulator.demo import run_demo
+    from emulator.workloads import WORKLOADS
+
+    if args.workload not in WORKLOADS:
+        raise CliError(f"unknown workload {args.workload!r} (see '{PROG} workloads')")
+    if not 1 <= args.exporter_port <= 65535:
+        raise CliError(f"--exporter-port {args.exporter_port}: expected 1-65535")
+    if not sys.stdout.isatty():
+        raise CliError("demo runs neuron-top in the foreground and needs a terminal")
+    return run_demo(args.instance_type, args.workload, args.exporter_port)
+
+
 def _cmd_fault(args: argparse.Namespace) -> int:
     client = DaemonClient(_address(args), timeout=3.0)
     body = {"neuron_device": args.device, "event_type": args.event_type, "count": args.count}
@@ -277,7 +306,7 @@ def _cmd_fault(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
-    handlers = {"up": _cmd_up, "down": _cmd_down, "status": _cmd_status, "fault": _cmd_fault}
+    handlers = {"up": _cmd_up, "down": _cmd_down, "status": _cmd_status, "fault": _cmd_fault, "demo": _cmd_demo}
     handlers.update(args.workload_handlers)
     try:
         return handlers[args.command](args)

@@ -1,0 +1,55 @@
+"""`neuron-emulator demo` as a person runs it: in a terminal (tmux), then `q`; nothing is left behind."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.support import BIN, wait_until
+from tests.test_daemon import free_port
+
+TMUX = shutil.which("tmux")
+pytestmark = pytest.mark.skipif(TMUX is None, reason="tmux not installed")
+
+
+def pane(session: str) -> str:
+    return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+
+
+def demo_processes() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if "neuron-demo-" in cmd or ("emulator.workloads" in cmd and "neuron-demo" in cmd):
+            found.append(proc)
+    return found
+
+
+def test_demo_runs_everything_and_q_stops_it(short_tmp: Path) -> None:
+    session = f"nt-demo-{time.monotonic_ns()}"
+    port = free_port()
+    done = short_tmp / "exit"
+    command = f"PATH={BIN}:$PATH neuron-emulator demo --workload mlp --exporter-port {port}; echo $? > {done}; sleep 60"
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40", command], check=True)
+    try:
+        assert wait_until(lambda: "[2]:mlp" in pane(session), timeout=90, interval=0.5), pane(session)
+        screen = pane(session)
+        assert "neuron-top" in screen and "(trn1.2xlarge)" in screen
+        assert "ND0" in screen and "NeuronCore v2 Utilization" in screen
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            assert b"neuroncore_busy_seconds_total" in resp.read()  # the exporter runs beside it
+        assert demo_processes(), "the demo's daemon and workload should be running"
+        subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
+        assert wait_until(done.exists, timeout=30, interval=0.2), pane(session)
+        assert done.read_text().strip() == "0"
+        assert wait_until(lambda: demo_processes() == [], timeout=5), demo_processes()
+        assert not list(Path("/tmp").glob("neuron-demo-*/neuron-emulator.sock"))
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)

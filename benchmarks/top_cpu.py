@@ -1,0 +1,96 @@
+"""neuron-top's CPU use next to htop's, measured the same way in one run.
+
+    python benchmarks/top_cpu.py [--seconds 60] [--procs 4]
+
+An emulated trn1.32xlarge with ``--procs`` training processes (model-scale workers from
+exporter_scrape.py: real emulated executions, little host CPU). Each viewer runs in its own tmux
+terminal (120x40) refreshing once a second — ``neuron-top --interval 1`` and ``htop -d 10`` — one
+after the other under the same load; its process CPU time (user + system, psutil) over the
+window is printed as a fraction of one core. AWS states 0.7 % for its neuron-top; our target is
+<= 1 %. Prints figures, asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from exporter_scrape import BIN, Run, busy_between, cpu_seconds
+
+TERMINAL = ("120", "40")
+
+
+def viewer_cpu(run: Run, name: str, argv: list[str], seconds: float) -> tuple[float, int]:
+    """Run ``argv`` in a detached tmux terminal; CPU % of one core over ``seconds`` after a warm-up."""
+    session = f"nt-topbench-{name}-{time.monotonic_ns()}"
+    env_prefix = f"PATH={BIN}:$PATH NEURON_EMULATOR_ADDR={run.address}"
+    command = f"{env_prefix} exec {' '.join(argv)}"
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", session, "-x", TERMINAL[0], "-y", TERMINAL[1], command], check=True
+    )
+    try:
+        pane_pid = int(
+            subprocess.run(
+                ["tmux", "list-panes", "-t", session, "-F", "#{pane_pid}"], capture_output=True, text=True, check=True
+            ).stdout.split()[0]
+        )
+        proc = psutil.Process(pane_pid)
+        time.sleep(5)  # start-up (imports, first screen) is not what we measure
+        tree = [proc, *proc.children(recursive=True)]
+        before = cpu_seconds(tree)
+        time.sleep(seconds)
+        after = cpu_seconds(tree)
+        return 100.0 * (after - before) / seconds, len(tree)
+    finally:
+        subprocess.run(["tmux", "send-keys", "-t", session, "q"], capture_output=True)
+        time.sleep(1)
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60.0, help="measurement window per viewer (default 60)")
+    parser.add_argument("--procs", type=int, default=4, help="training processes (default 4)")
+    args = parser.parse_args()
+    for tool in ("tmux", "htop"):
+        if shutil.which(tool) is None:
+            print(f"top_cpu: {tool} is not installed (apt-get install -y {tool})", file=sys.stderr)
+            return 1
+    run = Run()
+    try:
+        run.start_daemon()
+        started = run.start_load(args.procs)
+        run.wait_executing(args.procs)
+        before = run.snapshot()
+        rows = []
+        for name, argv in (
+            ("neuron-top", [str(BIN / "neuron-top"), "--interval", "1"]),
+            ("htop", ["htop", "-d", "10"]),
+        ):
+            pct, nprocs = viewer_cpu(run, name, argv, args.seconds)
+            rows.append((name, pct, nprocs))
+        busy = busy_between(before, run.snapshot())
+        print(
+            f"load: trn1.32xlarge, {args.procs} training processes (attached in {started:.1f} s), "
+            f"{busy.cores} busy NeuronCores, mean utilization {100 * busy.utilization:.1f}%"
+        )
+        print(f"window: {args.seconds:.0f} s per viewer, refresh 1 s, terminal {'x'.join(TERMINAL)} (tmux)")
+        print(f"{'viewer':<12} {'CPU % of one core':>18} {'processes':>10}")
+        for name, pct, nprocs in rows:
+            print(f"{name:<12} {pct:>17.2f}% {nprocs:>10}")
+        top, htop = rows[0][1], rows[1][1]
+        print(f"neuron-top / htop: {top / htop:.2f}x   (target: neuron-top <= 1 % of one core; AWS states 0.7 %)")
+    finally:
+        run.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

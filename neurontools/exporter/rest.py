@@ -37,6 +37,7 @@ from neurontools.exporter.collector import (
 )
 from neurontools.exporter.fields import BY_NAME, ENGINE_LABEL_VALUES, HBM_CATEGORIES
 from neurontools.exporter.history import HISTORY_ROWS, History
+from neurontools.inventory import HardwareInfo, InstanceIdentity
 from neurontools.report.encoding import encode_report
 from neurontools.report.schema import HW_COUNTER_KEYS
 from neurontools.report.snapshot import ProcessSnapshot
@@ -55,30 +56,9 @@ class ErrorBody(BaseModel):
     error: str
 
 
-class InstanceIdentityModel(BaseModel):
-    instance_name: str
-    instance_id: str
-    instance_type: str
-    instance_availability_zone: str
-    instance_availability_zone_id: str
-    instance_region: str
-    ami_id: str
-    subnet_id: str
-
-
-class HardwareModel(BaseModel):
-    neuron_device_type: str
-    neuron_device_version: str
-    neuroncore_version: str
-    neuron_device_count: int
-    neuron_device_memory_size: int
-    neuroncore_per_device_count: int
-    logical_neuroncore_config: int
-
-
 class InstanceResponse(BaseModel):
-    instance: InstanceIdentityModel
-    hardware: HardwareModel
+    instance: InstanceIdentity  # the inventory dataclasses: their fields are written once
+    hardware: HardwareInfo
     exporter_version: str
     source_up: bool = Field(description=_help("neuron_exporter_source_up"))
     source_error: str = Field(description="why the last collection failed ('' when it succeeded)")
@@ -238,8 +218,8 @@ def instance_view(state: CollectedState) -> InstanceResponse:
     snap = _collected(state).snapshot
     assert snap is not None
     return InstanceResponse(
-        instance=InstanceIdentityModel(**snap.instance.to_dict()),
-        hardware=HardwareModel(**snap.hardware.to_dict()),
+        instance=snap.instance,
+        hardware=snap.hardware,
         exporter_version=__version__,
         source_up=state.source_up,
         source_error=state.error,

@@ -58,7 +58,7 @@ class SectionBar(TextPanel):
     def set_text(self, text: str) -> None:
         if text != self.text:
             self.text = text
-            self.refresh()
+            self.redraw()
 
     def lines(self, width: int) -> list[Text]:
         return [section(self.text, width)]

@@ -55,7 +55,7 @@ class MemoryTreeView(TextPanel):
     def _select(self, rows: list[Row], index: int) -> None:
         if rows:
             self.selected_key = rows[max(0, min(index, len(rows) - 1))].node.key
-        self.refresh()
+        self.redraw()
 
     def move(self, delta: int) -> None:
         rows = self.rows
@@ -71,7 +71,7 @@ class MemoryTreeView(TextPanel):
             self.expanded[row.node.key] = is_open
         elif not is_open and parent_key(row.node.key) is not None:
             self.selected_key = parent_key(row.node.key)
-        self.refresh()
+        self.redraw()
 
     def toggle(self) -> None:
         rows = self.rows
@@ -79,7 +79,7 @@ class MemoryTreeView(TextPanel):
             row = rows[self.selected_index(rows)]
             if row.node.children:
                 self.expanded[row.node.key] = not row.expanded
-        self.refresh()
+        self.redraw()
 
     def toggle_all(self) -> None:
         """Expand every node, or collapse every node when all are already expanded."""
@@ -87,7 +87,7 @@ class MemoryTreeView(TextPanel):
         open_rows = {row.node.key for row in self.rows if row.expanded}
         expand = not all(key in open_rows for key in keys)
         self.expanded = dict.fromkeys(keys, expand)
-        self.refresh()
+        self.redraw()
 
     # -- drawing --------------------------------------------------------------------------------
 

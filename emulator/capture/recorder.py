@@ -98,7 +98,3 @@ class Recorder:
 
     def take(self) -> list[OpRecord]:
         return self.take_graph().ops()
-
-    def pending(self) -> int:
-        with self._lock:
-            return len(self._ops)

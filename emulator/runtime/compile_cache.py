@@ -108,6 +108,3 @@ class CompileCache:
         self._next_id += 1
         self._loaded[digest] = model
         return model
-
-    def models(self) -> list[LoadedModel]:
-        return list(self._loaded.values())

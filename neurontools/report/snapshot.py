@@ -377,11 +377,22 @@ def _loaded_model(value: Any, where: str) -> LoadedModel:
     )
 
 
+def _is_number(v: Any) -> bool:
+    return type(v) is float or type(v) is int
+
+
 def _latency(value: Any, where: str) -> Latency:
+    # fast path first: snapshots carry thousands of these and are read every second
+    if type(value) is list and len(value) == 3 and all(map(_is_number, value)):
+        return Latency(float(value[0]), float(value[1]), float(value[2]))
     if not isinstance(value, list) or len(value) != 3:
         raise _fail(where, "[end, total, device]", value)
     end, total, device = (_num(v, f"{where}[{i}]") for i, v in enumerate(value))
     return Latency(end, total, device)
+
+
+def _latencies(values: list[Any], where: str) -> tuple[Latency, ...]:
+    return tuple(_latency(v, f"{where}[{i}]") for i, v in enumerate(values))
 
 
 def _core_counters(value: Any, where: str) -> CoreCounters:
@@ -453,7 +464,7 @@ def process_from_dict(value: Any, where: str = "snapshot.processes[0]") -> Proce
             **_ints(_obj(_get(data, "executions", where), ewhere), EXECUTION_SUMMARY_KEYS, ewhere)
         ),
         errors=ErrorCounts(**_ints(_obj(_get(data, "errors", where), rwhere), ERROR_SUMMARY_KEYS, rwhere)),
-        latencies=tuple(_latency(v, f"{where}.latencies[{i}]") for i, v in enumerate(latencies)),
+        latencies=_latencies(latencies, f"{where}.latencies"),
         compile_cache=CompileCache(
             hits=_int(_get(compile_cache, "hits", cc_where, 0), f"{cc_where}.hits"),
             misses=_int(_get(compile_cache, "misses", cc_where, 0), f"{cc_where}.misses"),
@@ -529,6 +540,8 @@ def snapshot_from_dict(data: Any) -> Snapshot:
 
 
 def _logged_latency(value: Any, where: str) -> tuple[int, Latency]:
+    if type(value) is list and len(value) == 4 and type(value[0]) is int and all(map(_is_number, value[1:])):
+        return value[0], Latency(float(value[1]), float(value[2]), float(value[3]))
     items = _arr(value, where)
     if len(items) != 4:
         raise _fail(where, "[sequence, end, total, device]", value)

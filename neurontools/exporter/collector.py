@@ -24,10 +24,8 @@ exporter makes sure it is registered with the daemon as a tool (``neuron-ls -a``
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import math
-import os
 import sys
 import threading
 import time
@@ -546,16 +544,5 @@ class Collector:
     def _register(self) -> None:
         """Make sure the daemon lists this exporter as a tool (a restarted daemon forgot it)."""
         self._check_registration = False
-        if self.session is None:
-            return
-        try:
-            self.session.client.get(f"/processes/{os.getpid()}")
-            return  # still registered: the outage was transient
-        except DaemonError as exc:
-            if exc.status != 404:
-                return
-        except DaemonUnavailable:
+        if self.session is not None and not self.session.ensure():
             self._check_registration = True
-            return
-        with contextlib.suppress(DaemonUnavailable):
-            self.session.open()

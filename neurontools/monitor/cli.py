@@ -200,18 +200,8 @@ class Monitor:
 
     def _register_again(self) -> None:
         """A restarted daemon forgot this tool: register again (best effort)."""
-        if self.session is None or not self.session.registered:
-            return
-        try:
-            self.client.get(f"/processes/{os.getpid()}")
-            return  # the daemon still knows us: the outage was transient
-        except DaemonError as exc:
-            if exc.status != 404:
-                return
-        except DaemonUnavailable:
-            return
-        with contextlib.suppress(DaemonUnavailable):
-            self.session.open()
+        if self.session is not None and self.session.registered:
+            self.session.ensure()
 
     def run(self, first: Snapshot | None = None) -> None:
         """Report until interrupted (KeyboardInterrupt / _Terminated / BrokenPipeError propagate)."""

@@ -35,6 +35,24 @@ class ToolSession:
         except DaemonError:
             self.registered = False  # e.g. the daemon cannot see our PID: list without ourselves
 
+    def ensure(self) -> bool:
+        """Register if this tool is not (or no longer: a restarted daemon forgets it) known to the
+        daemon. Returns False when the daemon cannot be reached, so the caller tries again later."""
+        try:
+            if self.registered and self._known():
+                return True
+            self.open()
+        except DaemonUnavailable:
+            return False
+        return True
+
+    def _known(self) -> bool:
+        try:
+            self.client.get(f"/processes/{os.getpid()}")
+        except DaemonError as exc:
+            return exc.status != 404  # another refusal: registering again would not fix it
+        return True
+
     def close(self) -> None:
         if not self.registered:
             return

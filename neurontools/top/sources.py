@@ -8,7 +8,6 @@ snapshot knows (``snapshot_extras``). Sources are used from one worker thread an
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Any, Protocol
 
 from neurontools.exporter.collector import monitor_config
@@ -74,21 +73,7 @@ class DaemonSource:
 
     def _register(self) -> None:
         """Be listed by ``neuron-ls -a`` while running; a restarted daemon forgot us: register again."""
-        self._check_registration = False
-        try:
-            if self.session.registered:
-                self.client.get(f"/processes/{os.getpid()}")
-                return
-        except DaemonError as exc:
-            if exc.status != 404:
-                return
-        except DaemonUnavailable:
-            self._check_registration = True
-            return
-        try:
-            self.session.open()
-        except DaemonUnavailable:
-            self._check_registration = True
+        self._check_registration = not self.session.ensure()
 
     def close(self) -> None:
         with contextlib.suppress(DaemonUnavailable, DaemonError):

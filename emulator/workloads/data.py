@@ -75,8 +75,8 @@ def _windows(text: torch.Tensor, batch: int, length: int, gen: torch.Generator) 
     return text[starts + torch.arange(length)].long()
 
 
-class CausalLMBatches:
-    """``(inputs, targets)`` pairs; targets are the inputs shifted by one byte."""
+class _CorpusBatches:
+    """Endless batches of windows of this rank's shard of the stdlib corpus."""
 
     def __init__(self, batch: int, seq_len: int, *, seed: int = 0, rank: int = 0, world_size: int = 1) -> None:
         self.batch, self.seq_len = batch, seq_len
@@ -85,6 +85,10 @@ class CausalLMBatches:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         return self
+
+
+class CausalLMBatches(_CorpusBatches):
+    """``(inputs, targets)`` pairs; targets are the inputs shifted by one byte."""
 
     def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
         window = _windows(self.text, self.batch, self.seq_len + 1, self.gen)
@@ -106,16 +110,8 @@ def mask_tokens(
     return inputs, labels
 
 
-class MaskedLMBatches:
+class MaskedLMBatches(_CorpusBatches):
     """``(inputs, labels)`` pairs for masked-language modelling over the byte vocabulary."""
-
-    def __init__(self, batch: int, seq_len: int, *, seed: int = 0, rank: int = 0, world_size: int = 1) -> None:
-        self.batch, self.seq_len = batch, seq_len
-        self.text = shard(stdlib_corpus(), rank, world_size)
-        self.gen = _generator(seed, rank)
-
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        return self
 
     def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
         return mask_tokens(_windows(self.text, self.batch, self.seq_len, self.gen), self.gen)

@@ -36,6 +36,7 @@ from neurontools.report.schema import (
     RENAMED_GROUPS,
     SYSTEM_GROUPS,
 )
+from neurontools.report.snapshot import json_type_name
 
 DEFAULT_PERIOD = 5.0
 MIN_PERIOD = 0.1
@@ -184,20 +185,6 @@ def _json_value(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, Mapping):
-        return "an object"
-    return "null"
-
-
 def _check_keys(data: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
     for key in data:
         if key not in allowed:
@@ -207,13 +194,13 @@ def _check_keys(data: Mapping[str, Any], allowed: tuple[str, ...], where: str) -
 
 def _object(value: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected an object, got {_kind(value)}")
+        raise ConfigError(f"{where}: expected an object, got {json_type_name(value)}")
     return value
 
 
 def _array(value: Any, where: str) -> list[Any]:
     if not isinstance(value, list):
-        raise ConfigError(f"{where}: expected an array, got {_kind(value)}")
+        raise ConfigError(f"{where}: expected an array, got {json_type_name(value)}")
     return value
 
 
@@ -291,7 +278,7 @@ def _runtime_entry(value: Any, index: int, root_period: float) -> RuntimeSelecto
 def config_from_dict(data: Any) -> MonitorConfig:
     """Validate a decoded configuration object."""
     if not isinstance(data, Mapping):
-        raise ConfigError(f"expected a JSON object at the top level, got {_kind(data)}")
+        raise ConfigError(f"expected a JSON object at the top level, got {json_type_name(data)}")
     _check_keys(data, ("period", "neuron_runtimes", "system_metrics"), "")
     period = _period(data, "", DEFAULT_PERIOD)
     runtimes = _array(data.get("neuron_runtimes", []), "neuron_runtimes")

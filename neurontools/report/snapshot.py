@@ -43,7 +43,8 @@ class SnapshotError(ValueError):
 _MISSING = object()
 
 
-def _type_name(value: Any) -> str:
+def json_type_name(value: Any) -> str:
+    """How a JSON value is named in error messages ('a string', 'an array', 'null' ...)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -60,7 +61,7 @@ def _type_name(value: Any) -> str:
 
 
 def _fail(where: str, expected: str, value: Any) -> SnapshotError:
-    shown = repr(value) if isinstance(value, int | float | str | bool) else _type_name(value)
+    shown = repr(value) if isinstance(value, int | float | str | bool) else json_type_name(value)
     return SnapshotError(f"{where}: expected {expected}, got {shown}")
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from neurontools.report.schema import CORE_MEMORY_KEYS
 from neurontools.sources.address import parse_address
 from neurontools.sources.daemon_client import DaemonClient, DaemonError
 from tests.support import BIN, one_clear_line, run_tool, start_daemon, start_holder, tool_env, wait_until
@@ -281,3 +282,56 @@ def test_ecc_faults_on_demand_show_in_the_snapshot(daemon_factory) -> None:
     with pytest.raises(DaemonError) as err:
         daemon.client.post("/faults/ecc", {"neuron_device": 0, "event_type": "bogus"})
     assert err.value.status == 422
+
+
+def _execution(start: float, seconds: float) -> dict[str, object]:
+    return {
+        "core": 0,
+        "start": start,
+        "device_seconds": seconds,
+        "compute_seconds": seconds,
+        "total_latency": seconds,
+        "flops": 1000,
+        "engines": {},
+        "outcome": "completed",
+        "model": {"model_id": 10001, "uuid": "u", "name": "m", "code_bytes": 0},
+        "compile_cache": {"hits": 1, "misses": 0},
+        "collectives": [],
+        "memory": {"core": dict.fromkeys(CORE_MEMORY_KEYS, 0), "peak": 0},
+    }
+
+
+def test_snapshot_latencies_since_lists_only_later_executions(daemon) -> None:
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        daemon.client.post("/processes", {"pid": sleeper.pid, "command": "sleep 30", "runtime_version": "2.29.14"})
+        base = daemon.client.get("/snapshot")["monotonic"]
+        for start in (base - 3.0, base - 2.0, base - 1.0):  # ends: base - 2.5, - 1.5, - 0.5
+            daemon.client.post(f"/processes/{sleeper.pid}/executions", _execution(start, 0.5))
+        full = daemon.client.get("/snapshot")
+        trimmed = daemon.client.get(f"/snapshot?latencies_since={base - 1.5!r}")
+        (proc,) = [p for p in full["processes"] if p["pid"] == sleeper.pid]
+        (trimmed_proc,) = [p for p in trimmed["processes"] if p["pid"] == sleeper.pid]
+        assert [round(lat[0] - base, 3) for lat in proc["latencies"]] == [-2.5, -1.5, -0.5]
+        assert trimmed_proc["latencies"] == proc["latencies"][2:]  # ended strictly after the time given
+        assert [entry[0] for entry in full["latency_log"]] == [1, 2, 3]
+        assert trimmed["latency_log"] == full["latency_log"][2:]
+        assert trimmed_proc["executions"] == proc["executions"]  # counters are never trimmed
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_execution_report_with_partial_memory_is_refused_and_counts_nothing(daemon) -> None:
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        daemon.client.post("/processes", {"pid": sleeper.pid, "command": "sleep 30", "runtime_version": "2.29.14"})
+        bad = {**_execution(daemon.client.get("/snapshot")["monotonic"], 0.1), "memory": {"core": {"tensors": 1}}}
+        with pytest.raises(DaemonError) as err:
+            daemon.client.post(f"/processes/{sleeper.pid}/executions", bad)
+        assert err.value.status == 400 and "missing: constants" in err.value.body["error"]
+        (proc,) = [p for p in daemon.client.get("/snapshot")["processes"] if p["pid"] == sleeper.pid]
+        assert sum(proc["executions"].values()) == 0 and proc["latencies"] == []
+    finally:
+        sleeper.kill()
+        sleeper.wait()

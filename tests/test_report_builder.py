@@ -270,6 +270,43 @@ def test_latency_percentiles_cover_executions_ending_in_the_period() -> None:
     assert lat["device_latency"]["p100"] == 0.3
 
 
+def test_latencies_since_is_the_oldest_last_collection_of_any_group() -> None:
+    cfg = config()  # neuron_hw_counters every 2 s, everything else every second
+    periods = cfg.periods()
+    every_second = [k for k in cfg.group_keys() if periods[k] == 1.0]
+    builder = ReportBuilder(cfg)
+    assert builder.latencies_since() is None  # nothing collected: every execution may matter
+    s0 = copy.deepcopy(PREV)
+    builder.update(snap(s0), every_second)
+    assert builder.latencies_since() is None  # neuron_hw_counters not collected yet
+    builder.update(snap(s0))
+    s1 = later(s0, 1.0)
+    builder.update(snap(s1), every_second)
+    assert builder.latencies_since() == s0["monotonic"]  # the 2 s group still counts from s0
+    builder.update(snap(later(s1, 1.0)))
+    assert builder.latencies_since() == s1["monotonic"] + 1.0
+
+
+def test_report_from_a_snapshot_trimmed_to_latencies_since_is_the_same() -> None:
+    """What neuron-top, neuron-monitor and neuron-exporter ask the daemon for loses nothing."""
+    cur = copy.deepcopy(CUR)
+    t0, t1 = PREV["monotonic"], CUR["monotonic"]
+    ends = [t0 - 30.0, t0, t0 + 0.5, t1, t1 + 1]
+    cur["processes"][0]["latencies"] = [[end, 0.1 * i + 0.1, 0.1 * i] for i, end in enumerate(ends)]
+    full = ReportBuilder(config())
+    full.update(snap(PREV))
+    expected = full.update(snap(cur))
+    trimmed_builder = ReportBuilder(config())
+    trimmed_builder.update(snap(PREV))
+    since = trimmed_builder.latencies_since()
+    assert since == PREV["monotonic"]
+    trimmed = copy.deepcopy(cur)  # what GET /v1/snapshot?latencies_since= answers (tests/test_daemon.py)
+    trimmed["processes"][0]["latencies"] = [lat for lat in cur["processes"][0]["latencies"] if lat[0] > since]
+    assert len(trimmed["processes"][0]["latencies"]) == 3
+    assert trimmed_builder.update(snap(trimmed)) == expected
+    assert runtime(expected)["execution_stats"]["latency_stats"]["total_latency"]["p100"] == 0.4
+
+
 def test_no_execution_in_the_period_gives_null_latencies() -> None:
     cur = later(PREV)
     stats = runtime(build_report(snap(PREV), snap(cur), config()))["execution_stats"]
@@ -640,4 +677,5 @@ def test_fetch_snapshot_asks_the_daemon() -> None:
 
     client = Client()
     assert fetch_snapshot(client).monotonic == 5001.0  # type: ignore[arg-type]
-    assert client.paths == ["/snapshot"]
+    fetch_snapshot(client, 5000.25)  # type: ignore[arg-type]
+    assert client.paths == ["/snapshot", "/snapshot?latencies_since=5000.25"]

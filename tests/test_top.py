@@ -221,7 +221,7 @@ class FakeDaemon:
 
     # DaemonClient interface
     def get(self, path: str) -> Any:
-        if path == "/snapshot":
+        if path == "/snapshot" or path.startswith("/snapshot?latencies_since="):  # no latencies to trim
             self.calls += 1
             if self.calls in self.down:
                 raise DaemonUnavailable(self.address, "connection refused")
@@ -484,6 +484,50 @@ def test_tabs_keys_and_selection_survive_processes_coming_and_going() -> None:
             assert app.display_state.pid is None and ">[1]:all<" in screen_text(app)
             await pilot.press("q")
         assert app.return_code == 0
+
+    asyncio.run(scenario())
+
+
+def test_only_changed_lines_are_repainted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sample like the last repaints nothing; a new one repaints just the lines that differ,
+    with no relayout; what is drawn is the new text (the CPU target rests on this)."""
+    repaints: list[tuple[str, tuple[Any, ...], bool]] = []
+    original = TextPanel.refresh
+
+    def recording(self: TextPanel, *regions: Any, **kwargs: Any) -> Any:
+        repaints.append((self.id or "", regions, bool(kwargs.get("layout"))))
+        return original(self, *regions, **kwargs)
+
+    monkeypatch.setattr(TextPanel, "refresh", recording)
+
+    async def scenario() -> None:
+        sampler = Sampler(DaemonSource(FakeDaemon("trn1.2xlarge", small_apps()), 1.0, VERSION), VERSION)
+        feed = QueueFeed()
+        app = NeuronTopApp(feed, 0.02)
+        async with app.run_test(size=(120, 40)) as pilot:
+
+            async def push(sample: Sample) -> None:
+                expected = app.samples_applied + 1
+                feed.queue.put(sample)
+                await until(pilot, lambda: app.samples_applied >= expected)
+                await pilot.pause()
+
+            first = sampler.next()
+            await push(first)
+            await push(sampler.next())
+            repaints.clear()
+            await push(replace(app.sample))  # equal content
+            assert repaints == []
+            await push(sampler.next())  # the cores' utilization moves on
+            assert repaints and not any(layout for _, _, layout in repaints)
+            assert all(len(regions) == 1 and regions[0].height == 1 for _, regions, _ in repaints)
+            assert {panel for panel, _, _ in repaints} == {"grid", "core-bar"}  # the FakeDaemon moves only these
+            total = sum(len(p._text) for p in app.query(TextPanel) if p.display)
+            assert len(repaints) < total / 2
+            for panel in app.query(TextPanel):
+                if panel.display and panel.size.width:
+                    drawn = [panel.render_line(y).text.rstrip() for y in range(len(panel._text))]
+                    assert drawn == [line.plain.rstrip() for line in panel.lines(panel.size.width)], panel.id
 
     asyncio.run(scenario())
 

@@ -166,9 +166,10 @@ def create_app(registry: Registry, info: DaemonInfo, *, reap_interval: float = R
             raise ClaimError(str(exc), http_status=400, nrt_status="NRT_INVALID") from None
 
     @app.get("/v1/snapshot", tags=["telemetry"])
-    async def snapshot() -> dict[str, object]:
+    async def snapshot(latencies_since: float | None = None) -> dict[str, object]:
         """Cumulative counters and current gauges of every runtime process, and the real host
-        (docs/snapshot.md); consumers compute per-period figures from two snapshots."""
-        return telemetry.snapshot(registry.processes())
+        (docs/snapshot.md); consumers compute per-period figures from two snapshots.
+        ``latencies_since`` (daemon monotonic seconds): list only executions that ended later."""
+        return telemetry.snapshot(registry.processes(), latencies_since)
 
     return app

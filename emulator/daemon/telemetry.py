@@ -9,6 +9,7 @@ read from the real host (psutil) at that moment. See docs/snapshot.md for the fo
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -89,6 +90,17 @@ class ProcessTelemetry:
     models: dict[int, dict[str, Any]] = field(default_factory=dict)  # model_id -> model + core
 
 
+def _core_memory(memory: dict[str, Any]) -> dict[str, int] | None:
+    """The core's device memory by category from an execution report (None: not reported)."""
+    if "core" not in memory:
+        return None
+    core = memory["core"]
+    missing = [k for k in CORE_CATEGORIES if not isinstance(core, dict) or k not in core]
+    if missing:
+        raise ValueError(f"memory.core must give bytes for every category; missing: {', '.join(missing)}")
+    return {k: int(core[k]) for k in CORE_CATEGORIES}
+
+
 class Telemetry:
     def __init__(self, inventory: Inventory) -> None:
         self._inventory = inventory
@@ -167,6 +179,7 @@ class Telemetry:
         start = float(body["start"])
         device_seconds = max(0.0, float(body["device_seconds"]))
         compute = max(0.0, min(device_seconds, float(body.get("compute_seconds", device_seconds))))
+        core_memory = _core_memory(body.get("memory", {}))
         with self._lock:
             state = self._state(proc)
             counters = state.cores[core]
@@ -190,10 +203,9 @@ class Telemetry:
                 link = "neuronlink" if int(c.get("nodes", 1)) <= 1 else "efa"
                 state.collectives[link]["bytes"] += int(c["bytes"])
                 state.collectives[link]["operations"] += 1
-            memory = body.get("memory", {})
-            if "core" in memory:
-                state.core_memory[core] = {k: int(memory["core"][k]) for k in CORE_CATEGORIES}
-                state.peak_memory[core] = int(memory.get("peak", 0))
+            if core_memory is not None:
+                state.core_memory[core] = core_memory
+                state.peak_memory[core] = int(body["memory"].get("peak", 0))
             model = body.get("model")
             if model:
                 state.models[int(model["model_id"])] = {**model, "core": core}
@@ -213,18 +225,21 @@ class Telemetry:
                 }
             }
 
-    def snapshot(self, processes: list[NeuronProcess]) -> dict[str, Any]:
+    def snapshot(self, processes: list[NeuronProcess], latencies_since: float | None = None) -> dict[str, Any]:
+        """The snapshot of docs/snapshot.md; with ``latencies_since`` the latency lists hold only
+        executions that ended after that daemon-monotonic time (what a consumer has not seen)."""
         now = time.monotonic()
+        since = -math.inf if latencies_since is None else latencies_since
         inv = self._inventory
         entries = []
         with self._lock:
             for proc in processes:
                 if proc.kind != RUNTIME:
                     continue
-                entries.append(self._process_entry(proc, self._state(proc), now))
+                entries.append(self._process_entry(proc, self._state(proc), now, since))
             hw = [dict(d) for d in self._hw_counters]
             retired = self._retired_entry(now)
-            latency_log = [list(x) for x in self._latency_log]
+            latency_log = [list(x) for x in self._latency_log if x[1] > since]
         return {
             "time": time.time(),
             "monotonic": now,
@@ -259,7 +274,9 @@ class Telemetry:
             "loaded_models": [],
         }
 
-    def _process_entry(self, proc: NeuronProcess, state: ProcessTelemetry, now: float) -> dict[str, Any]:
+    def _process_entry(
+        self, proc: NeuronProcess, state: ProcessTelemetry, now: float, since: float = -math.inf
+    ) -> dict[str, Any]:
         cpu: dict[str, float] | None
         cpu_error = ""
         rss = 0
@@ -291,7 +308,7 @@ class Telemetry:
             "cores": cores,
             "executions": dict(state.executions),
             "errors": dict(state.errors),
-            "latencies": [list(x) for x in state.latencies],
+            "latencies": [list(x) for x in state.latencies if x[0] > since],
             "compile_cache": dict(state.compile_cache),
             "collectives": {k: dict(v) for k, v in state.collectives.items()},
             "memory": {

@@ -57,6 +57,10 @@ LINK_TYPES = ("neuronlink", "efa")
 DEFAULT_INTERVAL = 1.0
 MIN_INTERVAL = 0.1
 MAX_INTERVAL = 3600.0
+# executions are listed by end time; one can reach the daemon a little after a snapshot that it
+# ended before (its report is sent as it starts): ask for this much more than strictly needed,
+# the latency log's sequence numbers keep any execution from being counted twice
+LATENCY_OVERLAP_S = 5.0
 COMPAT_MODULE = "neurontools.exporter.compat"
 
 
@@ -489,11 +493,19 @@ class Collector:
 
     # -- one collection -------------------------------------------------------------------------
 
+    def _latencies_since(self, prev: Snapshot | None) -> float | None:
+        """Executions the next collection needs: since the previous snapshot (with an overlap)
+        and whatever the report groups still need."""
+        needed = self._builder.latencies_since()
+        if prev is None or needed is None:
+            return None
+        return min(needed, prev.monotonic - LATENCY_OVERLAP_S)
+
     def collect_once(self) -> CollectedState:
         started = self.clock()
         old = self.state
         try:
-            cur = fetch_snapshot(self.client)  # type: ignore[arg-type]
+            cur = fetch_snapshot(self.client, self._latencies_since(old.snapshot))  # type: ignore[arg-type]
         except (DaemonUnavailable, DaemonError, SnapshotError) as exc:
             self._check_registration = True
             self.state = replace(

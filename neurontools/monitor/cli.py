@@ -175,10 +175,11 @@ class Monitor:
             print(f"{PROG}: {message}", file=self.err, flush=True)
 
     def _fetch(self) -> Snapshot:
+        since = self.builder.latencies_since()
         if self.verbose < 3:
-            return fetch_snapshot(self.client)  # type: ignore[arg-type]
+            return fetch_snapshot(self.client, since)  # type: ignore[arg-type]
         started = time.perf_counter()
-        snap = fetch_snapshot(self.client)  # type: ignore[arg-type]
+        snap = fetch_snapshot(self.client, since)  # type: ignore[arg-type]
         self.log(3, f"snapshot fetched in {(time.perf_counter() - started) * 1000:.1f} ms")
         return snap
 

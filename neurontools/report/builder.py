@@ -99,6 +99,15 @@ class ReportBuilder:
     def group_keys(self) -> tuple[GroupKey, ...]:
         return self._keys
 
+    def latencies_since(self) -> float | None:
+        """The daemon time after which executions still matter to the next report: every group's
+        latency figures cover executions that ended after its last collection. None: all of them
+        (a group not collected yet)."""
+        bases = [self._base.get(key) for key in self._keys]
+        if not bases or any(base is None for base in bases):
+            return None
+        return min(base.monotonic for base in bases if base is not None)
+
     def _due(self, due: Collection[GroupKey] | None) -> list[GroupKey]:
         if due is None:
             return list(self._keys)

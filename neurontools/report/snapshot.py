@@ -549,9 +549,13 @@ def _logged_latency(value: Any, where: str) -> tuple[int, Latency]:
     return _int(items[0], f"{where}[0]"), _latency(items[1:], where)
 
 
-def fetch_snapshot(client: DaemonClient) -> Snapshot:
+def fetch_snapshot(client: DaemonClient, latencies_since: float | None = None) -> Snapshot:
     """One snapshot from the daemon (``GET /v1/snapshot``).
 
+    ``latencies_since`` (daemon monotonic seconds, e.g. ``ReportBuilder.latencies_since()``) asks
+    for the latency lists of executions that ended later only; without it they cover the daemon's
+    whole window (ten minutes), which is most of a busy snapshot's size.
     Raises ``DaemonUnavailable`` / ``DaemonError`` from the client and ``SnapshotError`` for a malformed answer.
     """
-    return snapshot_from_dict(client.get(SNAPSHOT_PATH))
+    path = SNAPSHOT_PATH if latencies_since is None else f"{SNAPSHOT_PATH}?latencies_since={latencies_since!r}"
+    return snapshot_from_dict(client.get(path))

@@ -26,6 +26,7 @@ from neurontools import __version__
 from neurontools.sources.address import AddressError, DaemonAddress, parse_address, resolve_address
 from neurontools.sources.report_stream import ReportStream
 from neurontools.top.cli import PROG, USAGE, Options, UsageError, parse_args
+from neurontools.top.driver import QuietLinuxDriver
 from neurontools.top.model import Sample
 from neurontools.top.sampler import Sampler
 from neurontools.top.sources import DaemonSource, SampleSource, StreamSource, daemon_client
@@ -92,7 +93,7 @@ class NeuronTopApp(App[None]):
     ]
 
     def __init__(self, feed: SampleFeed, interval: float = 1.0, *, tools_version: str = __version__) -> None:
-        super().__init__()
+        super().__init__(driver_class=QuietLinuxDriver if os.name == "posix" else None)
         self.feed = feed
         self.interval = interval
         self.sample = Sample(tools_version=tools_version)

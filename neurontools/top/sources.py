@@ -57,7 +57,7 @@ class DaemonSource:
 
     def read(self) -> Sample:
         try:
-            cur = fetch_snapshot(self.client)
+            cur = fetch_snapshot(self.client, self.builder.latencies_since())
         except DaemonUnavailable as exc:
             self._check_registration = True
             raise SourceUnavailable(f"daemon unreachable at {exc.address}; retrying ({exc.reason})") from None

@@ -1,12 +1,26 @@
-"""Base of the section widgets: a block of text lines drawn for the current width."""
+"""Base of the section widgets: a block of text lines drawn for the current width.
+
+Drawing is line by line (Textual's line API): a new sample is compared with the lines on screen
+and only the lines that changed are rendered again and repainted; the screen is laid out again
+only when a block's height changes. Most of a neuron-top screen is the same from one second to
+the next, so this is what keeps its CPU use low.
+"""
 
 from __future__ import annotations
 
+from rich.segment import Segment
 from rich.text import Text
+from textual.geometry import Region
+from textual.strip import Strip
 from textual.widget import Widget
 
 from neurontools.top.model import Sample
 from neurontools.top.state import DisplayState
+
+
+def _same(a: Text, b: Text) -> bool:
+    """Whether two lines draw the same (``Text.__eq__`` ignores the base style)."""
+    return a.plain == b.plain and a.style == b.style and a.spans == b.spans
 
 
 class TextPanel(Widget):
@@ -21,31 +35,65 @@ class TextPanel(Widget):
         super().__init__(id=id)
         self.sample: Sample | None = None
         self.state = DisplayState()
-        self._cache: tuple[int, list[Text]] | None = None  # (width, lines) of the current sample
+        self._width = -1  # the width ``_text`` was made for; -1: nothing made yet
+        self._text: list[Text] = []
+        self._strips: list[Strip | None] = []  # rendered lines, None until drawn
 
     def show(self, sample: Sample, state: DisplayState) -> None:
-        old_height = len(self._cache[1]) if self._cache is not None else -1
-        self.sample, self.state, self._cache = sample, state, None
-        # a relayout of the whole screen costs far more than redrawing this block: only ask for
-        # one when the block's height changes
-        same_height = old_height == len(self._lines(self.size.width)) if self.size.width else False
-        self.refresh(layout=not same_height)
+        self.sample, self.state = sample, state
+        self._update()
 
     def redraw(self) -> None:
         """The widget's own state changed (e.g. tree navigation): draw again, size may change."""
-        self._cache = None
-        self.refresh(layout=True)
+        self._update()
+
+    def _update(self) -> None:
+        width = self.size.width
+        if not width:  # hidden, or not laid out yet: the layout that shows it makes the lines
+            self._width = -1
+            return
+        if width != self._width:  # resized: lines come at render time
+            self._width = -1
+            self.refresh(layout=True)
+            return
+        old, new = self._text, self.lines(width)
+        self._text = new
+        if len(new) != len(old):
+            self._strips = [None] * len(new)
+            self.refresh(layout=True)
+            return
+        for y, (before, after) in enumerate(zip(old, new, strict=True)):
+            if not _same(before, after):
+                self._strips[y] = None
+                self.refresh(Region(0, y, width, 1))
+
+    def on_resize(self) -> None:
+        self._width = -1  # lines may depend on the height too (the tree's window): make them again
 
     def lines(self, width: int) -> list[Text]:
         raise NotImplementedError
 
     def _lines(self, width: int) -> list[Text]:
-        if self._cache is None or self._cache[0] != width:
-            self._cache = (width, self.lines(width))
-        return self._cache[1]
+        if width != self._width:
+            self._width, self._text = width, self.lines(width)
+            self._strips = [None] * len(self._text)
+        return self._text
 
-    def render(self) -> Text:
-        return Text("\n").join(self._lines(self.size.width))
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        lines = self._lines(width)
+        if y >= len(lines):
+            return Strip.blank(width, self.rich_style)
+        strip = self._strips[y]
+        if strip is None:
+            # Rich renders the line straight to segments (Textual's own content pipeline costs
+            # several times more per line); the widget's style goes beneath the line's own
+            line, console, base = lines[y], self.app.console, self.rich_style
+            # (Text.render leaves out the line's base style when it has no spans: apply it here)
+            style = base + console.get_style(line.style) if line.style else base
+            strip = Strip(Segment.apply_style(line.render(console), style)).crop_extend(0, width, base)
+            self._strips[y] = strip
+        return strip
 
     def get_content_height(self, container: object, viewport: object, width: int) -> int:
         return max(len(self._lines(width)), 1)

@@ -532,6 +532,36 @@ def test_only_changed_lines_are_repainted(monkeypatch: pytest.MonkeyPatch) -> No
     asyncio.run(scenario())
 
 
+def test_wide_labels_keep_columns_aligned() -> None:
+    """A core at 100 % ("[100.00%]") and a process using more than one vCPU ("[173.68%, ...]")
+    take room from their bars: every row keeps its width and the columns stay in place."""
+    from neurontools.top.model import CoreStat
+    from neurontools.top.widgets.core_grid import CoreGrid
+    from neurontools.top.widgets.vcpu import VcpuPanel
+
+    base = sample_after(FakeDaemon("trn1.32xlarge", big_apps()), 12)
+    first = base.apps[0]
+    stats = {core: CoreStat(utilization=100.0, flops=1e12) for core in first.cores or ()}
+    sample = replace(base, apps=(replace(first, core_stats=stats, vcpu=(173.68, 24.62)), *base.apps[1:]))
+    grid, vcpu = CoreGrid(), VcpuPanel()
+    for panel in (grid, vcpu):
+        panel.sample, panel.state = sample, replace(panel.state, pid=first.pid)
+    lines = [line.plain for line in grid.lines(160)[1:]]
+    rows = [f"ND{part}".rstrip() for line in lines for part in line.split("ND") if part]  # one per device
+    full = [row for row in rows if "[100.00%]" in row]
+    other = [row for row in rows if "[100.00%]" not in row]
+    assert full and other
+
+    def columns(row: str) -> list[int]:
+        return [i for i, ch in enumerate(row) if ch in "]/"]  # label ends and the HBM column
+
+    assert {tuple(columns(row)) for row in rows} == {tuple(columns(other[0]))}
+    assert {len(row) for row in rows} == {len(other[0])}
+    cpu = [line.plain for line in vcpu.lines(120)]
+    assert "[173.68%,24.62%]" in cpu[1]
+    assert [len(row) for row in cpu] == [119, 119] and cpu[0].rindex("|") == cpu[1].rindex("|")
+
+
 def test_process_tab_shows_only_that_process() -> None:
     async def scenario() -> None:
         sample = sample_after(FakeDaemon("trn1.2xlarge", small_apps()), 2)
@@ -609,6 +639,20 @@ def test_memory_tree_keys() -> None:
             assert labels() == ["ND 0"]
 
     asyncio.run(scenario())
+
+
+def test_history_keeps_outages_as_gaps() -> None:
+    """Sparklines keep a true time axis: the seconds the daemon was away are blanks, not skipped."""
+    from neurontools.top.widgets.drawing import sparkline
+
+    sampler = Sampler(DaemonSource(FakeDaemon("trn1.2xlarge", small_apps(), down=range(4, 7)), 1.0, VERSION), VERSION)
+    samples = [sampler.next() for _ in range(9)]
+    assert [s.error is not None for s in samples if s is not None] == [False] * 3 + [True] * 3 + [False] * 3
+    history = samples[-1].history[None, 0]  # type: ignore[union-attr]
+    gaps = [i for i, value in enumerate(history) if value is None]
+    assert len(history) == 8 and gaps == [2, 3, 4]  # the first read has no period yet: no value
+    line = sparkline(history, 10).plain
+    assert line[:2] == "  " and line[4:7] == "   " and " " not in line[2:4] + line[7:]
 
 
 def test_daemon_loss_shows_a_banner_keeps_the_tabs_and_recovers() -> None:

@@ -85,8 +85,8 @@ class Sample:
     apps: tuple[AppSample, ...] = ()
     # engine busy percent per global core over the last period (all processes); None: source lacks it
     engines: Mapping[int, Mapping[str, float]] | None = None
-    # utilization history per (pid or None for all applications, core), oldest first
-    history: Mapping[tuple[int | None, int], tuple[float, ...]] = field(default_factory=dict)
+    # utilization history per (pid or None for all applications, core), oldest first; None: a gap
+    history: Mapping[tuple[int | None, int], tuple[float | None, ...]] = field(default_factory=dict)
     error: str | None = None  # why the source cannot be read right now (shown as a banner)
     live: bool = True  # False while the source is unreachable: no current value is known
     sequence: int = 0  # increases with every sample that carries new data

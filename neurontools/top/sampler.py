@@ -32,7 +32,7 @@ class Sampler:
         try:
             sample = self.source.read()
         except SourceUnavailable as exc:
-            self.last = self.last.unreachable(str(exc))
+            self.last = replace(self.last.unreachable(str(exc)), history=self.history.record_gap())
             return self.last
         except SourceEnded as exc:
             self.ended = True

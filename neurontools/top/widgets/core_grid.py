@@ -57,10 +57,12 @@ def available_rows(screen_height: int) -> int:
 
 
 class CoreGrid(TextPanel):
-    def _cell(self, value: CoreValue, history: tuple[float, ...], bar_width: int) -> Text:
+    def _cell(self, value: CoreValue, history: tuple[float | None, ...], bar_width: int, label_w: int) -> Text:
         state = self.state
-        graphic = sparkline(history, bar_width) if state.history else bar(bar_width, (value.utilization, FILLED))
         label = fmt_tflops_cell(value.flops) if state.flops else fmt_percent_cell(value.utilization)
+        # a wider label ("[100.00%]") takes its room from the bar, so the columns stay aligned
+        width = max(bar_width - max(len(label) - label_w, 0), 1)
+        graphic = sparkline(history, width) if state.history else bar(width, (value.utilization, FILLED))
         known = value.flops if state.flops else value.utilization
         return graphic + Text(" ") + Text(label, "" if known is not None else NA_STYLE) + Text(" ")
 
@@ -90,7 +92,7 @@ class CoreGrid(TextPanel):
             for local in range(per):
                 core = device * per + local
                 history = sample.history.get((state.pid, core), ())
-                line.append_text(self._cell(values[core], history, bar_width))
+                line.append_text(self._cell(values[core], history, bar_width, label_w))
             if with_hbm:
                 cap = fmt_bytes(sample.device_memory_size)
                 line.append(f" {fmt_bytes(used[device]):>9}/{cap:<7}")

@@ -41,12 +41,16 @@ def bar(width: int, *parts: tuple[float | None, str]) -> Text:
     return text
 
 
-def sparkline(values: Sequence[float], width: int) -> Text:
-    """The last ``width`` values (percent 0-100) as block characters, right-aligned."""
+def sparkline(values: Sequence[float | None], width: int) -> Text:
+    """The last ``width`` values (percent 0-100) as block characters, right-aligned; a gap
+    (``None``: nothing known then) is a blank."""
     shown = list(values)[-width:] if width > 0 else []
     text = Text(" " * (width - len(shown)))
     top = len(SPARK_CHARS) - 1
     for value in shown:
+        if value is None:
+            text.append(" ")
+            continue
         level = min(max(math.ceil(value / 100 * top), 0), top) if value > 0 else 0
         text.append(SPARK_CHARS[level], FILLED)
     return text

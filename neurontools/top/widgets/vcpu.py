@@ -11,7 +11,7 @@ from neurontools.top.widgets.drawing import FILLED, NA_STYLE, SYSTEM, bar
 from neurontools.top.widgets.panel import TextPanel
 
 LABEL = 20
-PAIR = 16  # "[ 2.69%, 3.97%]" and a space
+PAIR = 16  # "[ 2.69%, 3.97%]" and a space; wider for a process using more than one vCPU ("[153.20%, 4.01%]")
 
 
 class VcpuPanel(TextPanel):
@@ -22,12 +22,14 @@ class VcpuPanel(TextPanel):
             ("System vCPU Usage", self.sample.system_vcpu),
             ("Runtime vCPU Usage", runtime_vcpu(self.sample, self.state.pid)),
         )
-        bar_width = max(width - LABEL - PAIR - 1, 1)
+        figures = [fmt_cpu_pair(*(pair if pair is not None else (None, None))) for _, pair in rows]
+        pair_w = max(PAIR, *(len(f) + 1 for f in figures))  # both bars end in the same column
+        bar_width = max(width - LABEL - pair_w - 1, 1)
         out = []
-        for label, pair in rows:
+        for (label, pair), figure in zip(rows, figures, strict=True):
             user, system = pair if pair is not None else (None, None)
             line = Text(label.ljust(LABEL))
             line.append_text(bar(bar_width, (user, FILLED), (system, SYSTEM)))
-            line.append(" " + fmt_cpu_pair(user, system), "" if pair is not None else NA_STYLE)
+            line.append(" " + figure.rjust(pair_w - 1), "" if pair is not None else NA_STYLE)
             out.append(line)
         return out

@@ -293,13 +293,16 @@ class FakeDaemon:
         self.fail_at = fail_at or set()
         self.slow: dict[int, float] = {}  # get number -> seconds the fetch takes
         self.gets = 0
+        self.since: list[float | None] = []  # latencies_since asked for, per get
         self.posts: list[tuple[str, Any]] = []
         self.deletes: list[str] = []
 
     def get(self, path: str) -> Any:
         if path.startswith("/processes/"):  # the daemon restarted: it forgot our registration
             raise DaemonError(404, {"error": "not found"})
-        assert path == "/snapshot"
+        base, _, query = path.partition("?latencies_since=")
+        assert base == "/snapshot"
+        self.since.append(float(query) if query else None)
         self.gets += 1
         self.clock.now += self.slow.get(self.gets, 0.0)
         if self.gets in self.fail_at:
@@ -365,6 +368,8 @@ def test_reports_one_line_per_wake_up(tmp_path: Path) -> None:
     assert code == 0
     assert len(reports) == 5 and daemon.gets == 5  # first right after start, then every second
     assert clock.wakes == [1.0, 2.0, 3.0, 4.0]
+    # each fetch asks only for executions after the oldest last collection (hw counters: every 2 s)
+    assert daemon.since == [None, 5000.0, 5000.0, 5002.0, 5002.0]
     first, second, third = reports[:3]
     assert list(first["system_data"]) == ["memory_info"]
     assert list(first["neuron_runtime_data"][0]["report"]) == ["memory_used"]

@@ -820,6 +820,39 @@ def test_neuron_top_in_tmux_with_a_real_training_process(daemon, short_tmp: Path
         trainer.communicate(timeout=15)
 
 
+def test_neuron_top_in_tmux_survives_a_daemon_restart(short_tmp: Path) -> None:
+    """The daemon stops and comes back on the same socket: a banner while it is away (keys keep
+    working), then live data again and neuron-top registered with the new daemon."""
+    from tests.support import start_daemon
+
+    daemon = start_daemon(short_tmp, "trn1.2xlarge")
+    tmux = ["tmux", "-S", str(short_tmp / "tmux.sock")]
+
+    def pane() -> str:
+        return subprocess.run([*tmux, "capture-pane", "-p", "-t", "top"], capture_output=True, text=True).stdout
+
+    try:
+        env = tool_env(daemon.address)
+        command = f"exec env NEURON_EMULATOR_ADDR={daemon.address} PATH={env['PATH']} {BIN / 'neuron-top'}"
+        subprocess.run([*tmux, "new-session", "-d", "-x", "100", "-y", "30", "-s", "top", command], check=True)
+        assert wait_until(lambda: "(trn1.2xlarge)" in pane() and "Avg: NA" not in pane(), 20), pane()
+        assert wait_until(lambda: "neuron-top" in run_tool(["neuron-ls", "-a"], daemon.address).stdout, 5)
+        assert daemon.stop() == 0
+        assert wait_until(lambda: "daemon unreachable at" in pane() and "retrying" in pane(), 10), pane()
+        assert "Avg: NA" in pane()  # nothing current is known: no stale figures
+        subprocess.run([*tmux, "send-keys", "-t", "top", "f"], check=True)  # keys work meanwhile
+        assert wait_until(lambda: "| Total:" in pane(), 5), pane()  # the FLOPS view, figures unknown
+        daemon = start_daemon(short_tmp, "trn1.2xlarge")
+        assert wait_until(lambda: "unreachable" not in pane() and "TF | Total:" in pane(), 15), pane()
+        assert wait_until(lambda: "neuron-top" in run_tool(["neuron-ls", "-a"], daemon.address).stdout, 10)
+        subprocess.run([*tmux, "send-keys", "-t", "top", "q"], check=True)
+        gone = subprocess.run
+        assert wait_until(lambda: gone([*tmux, "has-session", "-t", "top"], capture_output=True).returncode != 0, 10)
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+        daemon.stop()
+
+
 def formats_version() -> str:
     from neurontools import __version__
 

@@ -25,6 +25,7 @@ from emulator.costmodel.engines import (
 )
 from emulator.costmodel.graph import GraphCost, cost_graph
 from emulator.costmodel.ops import OpCost, cost_op, matmul_efficiency
+from emulator.costmodel.topology import GroupCollectiveCost, cost_group_collective, ring_order
 
 __all__ = [
     "OP_TABLE",
@@ -34,6 +35,7 @@ __all__ = [
     "CostOptions",
     "Engine",
     "GraphCost",
+    "GroupCollectiveCost",
     "OpClass",
     "OpCost",
     "OpKind",
@@ -42,11 +44,13 @@ __all__ = [
     "compile_cost",
     "cost_collective",
     "cost_graph",
+    "cost_group_collective",
     "cost_op",
     "links_for",
     "matmul_efficiency",
     "normalize_op_name",
     "options_from_env",
+    "ring_order",
     "runtime_model_code_overhead_bytes",
     "unknown_op_names",
 ]

@@ -77,6 +77,13 @@ class ExecutionBody(BaseModel):
     memory: dict[str, dict[str, int] | int] = Field(default_factory=dict)
 
 
+class ExecutionBatch(BaseModel):
+    """Several executions at once: a replaying rank sends a whole step's graphs when the step
+    starts, each with its own start time (counted when it starts)."""
+
+    executions: list[ExecutionBody] = Field(max_length=100_000)
+
+
 class EccFault(BaseModel):
     """ECC events to inject on a device, as its firmware would count them."""
 

@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from emulator.daemon.api_models import AttachBody, EccFault, ErrorBody, ExecutionBody, StatusModel
+from emulator.daemon.api_models import AttachBody, EccFault, ErrorBody, ExecutionBatch, ExecutionBody, StatusModel
 from emulator.daemon.registry import AttachRequest, ClaimError, Registry
 from emulator.daemon.telemetry import Telemetry
 from neurontools import __version__
@@ -146,6 +146,17 @@ def create_app(registry: Registry, info: DaemonInfo, *, reap_interval: float = R
             raise ClaimError(f"process {pid} is not attached", http_status=404, nrt_status="NRT_INVALID")
         try:
             telemetry.record_execution(proc, body.model_dump())
+        except ValueError as exc:
+            raise ClaimError(str(exc), http_status=400, nrt_status="NRT_INVALID") from None
+
+    @app.post("/v1/processes/{pid}/executions/batch", status_code=204, responses=errors, tags=["telemetry"])
+    async def execution_batch(pid: int, body: ExecutionBatch) -> None:
+        """Several step graphs of the process, each with its own start (a replayed step)."""
+        proc = registry.get(pid)
+        if proc is None:
+            raise ClaimError(f"process {pid} is not attached", http_status=404, nrt_status="NRT_INVALID")
+        try:
+            telemetry.record_executions(proc, [e.model_dump() for e in body.executions])
         except ValueError as exc:
             raise ClaimError(str(exc), http_status=400, nrt_status="NRT_INVALID") from None
 

@@ -76,6 +76,25 @@ class _CoreCounters:
 
 
 @dataclass
+class _Report:
+    """One execution report, validated."""
+
+    core: int
+    start: float
+    device_seconds: float
+    compute: float
+    total_latency: float
+    flops: int
+    engines: dict[str, float]
+    outcome: str
+    compile_cache: dict[str, int]
+    collectives: list[tuple[int, int]]  # (nodes spanned, bytes)
+    core_memory: dict[str, int] | None
+    peak: int
+    model: dict[str, Any] | None
+
+
+@dataclass
 class ProcessTelemetry:
     cores: dict[int, _CoreCounters]
     executions: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
@@ -88,6 +107,7 @@ class ProcessTelemetry:
     core_memory: dict[int, dict[str, int]] = field(default_factory=dict)
     peak_memory: dict[int, int] = field(default_factory=dict)
     models: dict[int, dict[str, Any]] = field(default_factory=dict)  # model_id -> model + core
+    scheduled: list[_Report] = field(default_factory=list)  # reported ahead of their start
 
 
 def _core_memory(memory: dict[str, Any]) -> dict[str, int] | None:
@@ -170,51 +190,88 @@ class Telemetry:
 
     # -- reports from processes --------------------------------------------------------------
     def record_execution(self, proc: NeuronProcess, body: dict[str, Any]) -> None:
+        self.record_executions(proc, [body])
+
+    def record_executions(self, proc: NeuronProcess, bodies: list[dict[str, Any]]) -> None:
+        """Executions on the process's cores. Busy time counts as the device time elapses; an
+        execution reported ahead of its start (a replaying rank sends a step's graphs at once) is
+        counted — outcome, latency, collectives, memory — when it starts. All or nothing: a bad
+        body refuses the whole batch."""
+        parsed = [self._parse(proc, body) for body in bodies]
+        with self._lock:
+            state = self._state(proc)
+            now = time.monotonic()
+            for ex in parsed:
+                counters = state.cores[ex.core]
+                counters.inflight.append(_Execution(ex.start, ex.compute, ex.flops, ex.engines))
+                if ex.start > now:
+                    state.scheduled.append(ex)
+                else:
+                    self._count(state, ex)
+            state.scheduled.sort(key=lambda ex: ex.start)
+            self._promote(state, now)
+            for counters in state.cores.values():
+                counters.settle(now)
+
+    def _parse(self, proc: NeuronProcess, body: dict[str, Any]) -> _Report:
         core = int(body["core"])
         if core not in proc.neuroncores:
             raise ValueError(f"process {proc.pid} does not own NeuronCore {core}")
         outcome = body["outcome"]
         if outcome not in OUTCOMES:
             raise ValueError(f"unknown outcome {outcome!r}")
-        start = float(body["start"])
         device_seconds = max(0.0, float(body["device_seconds"]))
-        compute = max(0.0, min(device_seconds, float(body.get("compute_seconds", device_seconds))))
-        core_memory = _core_memory(body.get("memory", {}))
-        with self._lock:
-            state = self._state(proc)
-            counters = state.cores[core]
-            counters.inflight.append(
-                _Execution(start, compute, int(body["flops"]), {e: float(body["engines"].get(e, 0.0)) for e in ENGINES})
-            )
-            counters.settle(time.monotonic())
-            state.executions[outcome] += 1
-            if outcome in OUTCOME_ERRORS:
-                state.errors[OUTCOME_ERRORS[outcome]] += 1
-            end = start + min(device_seconds, float(body["total_latency"]))
-            state.latencies.append((end, float(body["total_latency"]), device_seconds))
-            while state.latencies and state.latencies[0][0] < end - LATENCY_WINDOW_S:
-                state.latencies.popleft()
-            self._latency_seq += 1
-            self._latency_log.append((self._latency_seq, end, float(body["total_latency"]), device_seconds))
-            while self._latency_log and self._latency_log[0][1] < end - LATENCY_WINDOW_S:
-                self._latency_log.popleft()
-            state.compile_cache = {k: int(body["compile_cache"][k]) for k in ("hits", "misses")}
-            for c in body.get("collectives", []):
-                link = "neuronlink" if int(c.get("nodes", 1)) <= 1 else "efa"
-                state.collectives[link]["bytes"] += int(c["bytes"])
-                state.collectives[link]["operations"] += 1
-            if core_memory is not None:
-                state.core_memory[core] = core_memory
-                state.peak_memory[core] = int(body["memory"].get("peak", 0))
-            model = body.get("model")
-            if model:
-                state.models[int(model["model_id"])] = {**model, "core": core}
+        memory = body.get("memory", {})
+        return _Report(
+            core=core,
+            start=float(body["start"]),
+            device_seconds=device_seconds,
+            compute=max(0.0, min(device_seconds, float(body.get("compute_seconds", device_seconds)))),
+            total_latency=float(body["total_latency"]),
+            flops=int(body["flops"]),
+            engines={e: float(body["engines"].get(e, 0.0)) for e in ENGINES},
+            outcome=outcome,
+            compile_cache={k: int(body["compile_cache"][k]) for k in ("hits", "misses")},
+            collectives=[(int(c.get("nodes", 1)), int(c["bytes"])) for c in body.get("collectives", [])],
+            core_memory=_core_memory(memory),
+            peak=int(memory.get("peak", 0)) if isinstance(memory.get("peak", 0), int) else 0,
+            model=dict(body["model"]) if body.get("model") else None,
+        )
+
+    def _promote(self, state: ProcessTelemetry, now: float) -> None:
+        """Count the scheduled executions that have started by ``now`` (in start order)."""
+        while state.scheduled and state.scheduled[0].start <= now:
+            self._count(state, state.scheduled.pop(0))
+
+    def _count(self, state: ProcessTelemetry, ex: _Report) -> None:
+        state.executions[ex.outcome] += 1
+        if ex.outcome in OUTCOME_ERRORS:
+            state.errors[OUTCOME_ERRORS[ex.outcome]] += 1
+        end = ex.start + min(ex.device_seconds, ex.total_latency)
+        state.latencies.append((end, ex.total_latency, ex.device_seconds))
+        while state.latencies and state.latencies[0][0] < end - LATENCY_WINDOW_S:
+            state.latencies.popleft()
+        self._latency_seq += 1
+        self._latency_log.append((self._latency_seq, end, ex.total_latency, ex.device_seconds))
+        while self._latency_log and self._latency_log[0][1] < end - LATENCY_WINDOW_S:
+            self._latency_log.popleft()
+        state.compile_cache = dict(ex.compile_cache)
+        for nodes, nbytes in ex.collectives:
+            link = "neuronlink" if nodes <= 1 else "efa"
+            state.collectives[link]["bytes"] += nbytes
+            state.collectives[link]["operations"] += 1
+        if ex.core_memory is not None:
+            state.core_memory[ex.core] = ex.core_memory
+            state.peak_memory[ex.core] = ex.peak
+        if ex.model:
+            state.models[int(ex.model["model_id"])] = {**ex.model, "core": ex.core}
 
     # -- reading -----------------------------------------------------------------------------
     def memory(self, proc: NeuronProcess) -> dict[str, Any]:
         """Device bytes per owned core by category, with the ledger's high-water mark ``peak``."""
         with self._lock:
             state = self._state(proc)
+            self._promote(state, time.monotonic())
             return {
                 "cores": {
                     str(c): {
@@ -289,6 +346,7 @@ class Telemetry:
         except psutil.Error:
             cpu = None
             cpu_error = f"open /proc/{proc.pid}/stat: no such file or directory"
+        self._promote(state, now)
         cores = {}
         for core, counters in sorted(state.cores.items()):
             counters.settle(now)

@@ -50,8 +50,18 @@ def add_subcommands(subparsers: Any) -> dict[str, Handler]:
     add_training_arguments(run)
     run.add_argument("--cores", metavar="SPEC", help="NeuronCores to use, e.g. 0, 0-3 or 0,1 (NEURON_RT_VISIBLE_CORES)")
     run.add_argument("--nproc", metavar="N", help="data-parallel processes via torchrun, one core each (default 1)")
+    from emulator.parallel.cli import add_bench_arguments, add_parallel_arguments, cmd_bench
+
+    add_parallel_arguments(run)
     subparsers.add_parser("workloads", help="list the built-in workloads", description="List the built-in workloads.")
-    return {"run": cmd_run, "workloads": cmd_workloads}
+    bench = subparsers.add_parser(
+        "bench",
+        help="predict training throughput of the published Trn1 rows (or one configuration), no daemon needed",
+        description="Plan model-scale jobs exactly as 'run' does (trace, cost model, collectives, schedule) "
+        "and print throughput, step time, MFU and engine shares with simulated time fast-forwarded.",
+    )
+    add_bench_arguments(bench)
+    return {"run": cmd_run, "workloads": cmd_workloads, "bench": cmd_bench}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -194,8 +204,30 @@ def _fail(message: str) -> int:
     return 1
 
 
+def _model_scale(name: str) -> bool:
+    from emulator.parallel.runner import model_names
+
+    return name in model_names()
+
+
+_PARALLEL_FLAGS = ("tp", "pp", "micro_batch", "global_batch", "schedule")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    if _model_scale(args.workload):
+        return _run_model_scale(args)
     try:
+        used = [f"--{f.replace('_', '-')}" for f in _PARALLEL_FLAGS if getattr(args, f, None) is not None]
+        used += [f"--{f.replace('_', '-')}" for f in ("zero1", "recompute", "sequence_parallel") if getattr(args, f)]
+        if used:
+            raise ArgumentError(
+                f"{' '.join(used)}: tensor/pipeline layouts are for model-scale workloads; "
+                f"{args.workload} is a real-math workload (use --dp or --nproc for data parallel)"
+            )
+        if args.dp is not None:
+            if args.nproc is not None and args.nproc != args.dp:
+                raise ArgumentError("--dp and --nproc disagree (for a real-math workload they are the same)")
+            args.nproc = args.dp
         config = config_from_args(args)
         cores = _core_ids(args.cores)
         nproc = _positive_int("--nproc", args.nproc) or 1
@@ -228,6 +260,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     return launch(nproc, worker, {**os.environ, **changes})
 
 
+def _run_model_scale(args: argparse.Namespace) -> int:
+    """A model-scale model: plan the parallel job, then replay it on every core it uses."""
+    try:
+        for flag in ("cores", "nproc", "lr"):
+            if getattr(args, flag, None) is not None:
+                raise ArgumentError(
+                    f"--{flag}: model-scale jobs are laid out with --tp/--pp/--dp and take every core they need"
+                )
+        status = _daemon_status()
+    except ArgumentError as exc:
+        return _fail(str(exc))
+    from emulator.parallel.cli import cmd_run_parallel
+
+    return cmd_run_parallel(args, str(status.get("instance_type", "trn1.2xlarge")))
+
+
 def workload_lines(workloads: Mapping[str, WorkloadSpec] = WORKLOADS) -> list[str]:
     rows = [("NAME", "KIND", "DEFAULTS", "DESCRIPTION")]
     for spec in workloads.values():
@@ -239,6 +287,29 @@ def workload_lines(workloads: Mapping[str, WorkloadSpec] = WORKLOADS) -> list[st
 
 
 def cmd_workloads(args: argparse.Namespace) -> int:
-    for line in workload_lines():
+    for line in workload_lines(all_workloads()):
         print(line)
     return 0
+
+
+def all_workloads() -> dict[str, WorkloadSpec]:
+    """The real-math workloads and every model-scale model of the zoo (imports torch)."""
+    from emulator.workloads import MODEL_SCALE
+    from emulator.workloads.models.zoo import MODELS
+
+    out = {name: spec for name, spec in WORKLOADS.items() if spec.real_math}
+    for m in MODELS.values():
+        out[m.name] = WorkloadSpec(
+            name=m.name,
+            description=m.description,
+            kind=MODEL_SCALE,
+            steps=10,
+            batch_size=1,
+            seq_len=m.default_seq_len,
+            max_seq_len=m.max_seq_len,
+            dtype="bf16",
+            lr=1e-4,
+            sample_unit=m.sample_unit,
+            builder="",
+        )
+    return out

@@ -86,6 +86,7 @@ class RunHeader:
     neuroncores: tuple[int, ...]
     sample_unit: str
     real_math: bool
+    layout: str = ""  # a parallel job's layout and placement (replaces the per-rank shape and cores)
 
 
 @dataclass

@@ -79,6 +79,8 @@ def format_cores(cores: tuple[int, ...]) -> str:
 
 
 def header_line(h: RunHeader) -> str:
+    if h.layout:
+        return f"{h.workload} ({h.kind}): {h.parameters:,} parameters, {h.layout}, {h.dtype}, {h.steps} steps"
     shape = f"batch {h.batch_size}" + (f" x seq {h.seq_len}" if h.seq_len is not None else "")
     where = f"NeuronCores {format_cores(h.neuroncores)}" if h.neuroncores else "no emulated device (plain CPU)"
     if h.neuroncores and h.world_size > 1:

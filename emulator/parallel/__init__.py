@@ -1,0 +1,1 @@
+"""Parallel training on the emulated instance: plan, tensor-parallel layers, tracing, schedules."""

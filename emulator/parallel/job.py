@@ -1,0 +1,259 @@
+"""A model-scale parallel job, planned once: traced programs, collective costs, step timeline.
+
+``plan_job`` traces every distinct program (one per pipeline stage: first, middle, last — middle
+stages are built from the same code with the same shapes, so one capture serves them all),
+maps each graph's collectives onto the concrete NeuronCores of its replica groups and costs them
+on the instance's topology, adds the host share of every execution, and simulates the step
+(``schedule.py``). The result drives both ``neuron-emulator run`` (ranks replay it on the
+daemon's cores, ``replay.py``) and ``neuron-emulator bench`` (time fast-forwarded: the same
+numbers without waiting for them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+
+from emulator.costmodel import CostOptions
+from emulator.costmodel.topology import cost_group_collective
+from emulator.hardware.instance_types import InstanceType
+from emulator.parallel import host
+from emulator.parallel.comm import CollectiveCall, ParallelState
+from emulator.parallel.plan import ParallelConfig, RankPlace, groups, placements
+from emulator.parallel.schedule import GraphTime, StepTimeline, step_timeline
+from emulator.parallel.tracer import StageProgram, TracedGraph, trace_stage
+from emulator.runtime.errors import NeuronRuntimeError
+from emulator.runtime.memory import NRT_RESOURCE_STATUS, format_bytes
+
+
+@dataclass(frozen=True)
+class CollectiveCost:
+    kind: str
+    group: str
+    nbytes: int  # payload as nccom-test sizes it
+    ranks: int
+    nodes: int
+    seconds: float
+    link_bytes: dict[str, int]  # bytes each member core sends, by link type
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """A stage's graphs as one of its cores runs them."""
+
+    program: StageProgram
+    times: dict[str, GraphTime]
+    collectives: dict[str, tuple[CollectiveCost, ...]]  # graph -> its collectives, costed
+
+
+@dataclass
+class JobPlan:
+    model: str
+    config: ParallelConfig
+    instance: InstanceType
+    dtype: str
+    options: CostOptions
+    parameters_total: int  # the whole model's parameters (MFU counts these)
+    tokens_per_sample: int  # sequence length (tokens per sequence; patches for images)
+    sample_unit: str
+    stages: dict[int, StageCost]
+    timeline: StepTimeline  # a steady step
+    first_timeline: StepTimeline  # step 1 (creates the optimizer state)
+    trace_seconds: float
+    places: list[RankPlace] = field(default_factory=list)
+
+    @property
+    def step_seconds(self) -> float:
+        return self.timeline.step_seconds
+
+    @property
+    def samples_per_second(self) -> float:
+        return self.config.global_batch / self.step_seconds
+
+    @property
+    def compile_seconds(self) -> float:
+        """Simulated neuronx-cc time of the slowest stage's graphs (each stage compiles its own)."""
+        return max(sum(g.compile_seconds for g in s.program.graphs.values()) for s in self.stages.values())
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation, 6 N tokens/s over the cores' BF16 peak (docs/parallel.md)."""
+        peak = self.instance.chip.core.tensor.peak("bf16").base
+        tokens = self.samples_per_second * self.tokens_per_sample
+        return 6 * self.parameters_total * tokens / (self.config.world * peak)
+
+    def utilization(self, stage: int) -> float:
+        """Share of a steady step a core of the stage is executing graphs (what neuron-top shows)."""
+        return self.timeline.busy_seconds(stage) / self.step_seconds
+
+    def engine_share(self, stage: int) -> dict[str, float]:
+        """Per-engine busy share of a steady step on a core of the stage."""
+        cost = self.stages[stage]
+        totals: dict[str, float] = {}
+        for slot in self.timeline.stages[stage].slots:
+            for engine, seconds in cost.program.graphs[slot.graph].engines.items():
+                totals[engine] = totals.get(engine, 0.0) + seconds
+        return {e: s / self.step_seconds for e, s in totals.items()}
+
+    def hbm_peak(self, stage: int) -> int:
+        return self.stages[stage].program.memory.peak(self.timeline.stages[stage].max_in_flight)
+
+
+def _stage_kind(stage: int, stages: int) -> int:
+    """Which captured program serves a stage: 0 (first), 1 (a middle one), or the last."""
+    if stage == 0 or stage == stages - 1:
+        return stage
+    return 1
+
+
+ModelStages = Callable[[ParallelState], tuple[Callable, Callable, int]]
+
+
+def plan_job(
+    model: str,
+    config: ParallelConfig,
+    instance: InstanceType,
+    *,
+    dtype: str,
+    options: CostOptions,
+    stage_builder: ModelStages,
+    parameters_total: int,
+    tokens_per_sample: int,
+    sample_unit: str = "seq",
+    progress: Callable[[str], None] = lambda _: None,
+) -> JobPlan:
+    """Trace and cost the job; raises ``NRT_RESOURCE`` (NeuronRuntimeError) when a stage's shard
+    does not fit its NeuronCore's HBM."""
+    programs: dict[int, StageProgram] = {}
+    traced: dict[int, StageProgram] = {}
+    trace_seconds = 0.0
+    for stage in range(config.pp):
+        kind = _stage_kind(stage, config.pp)
+        if kind not in traced:
+            state = ParallelState(
+                tp=config.tp,
+                pp=config.pp,
+                dp=config.dp,
+                pp_rank=stage,
+                sequence_parallel=config.sequence_parallel,
+            )
+            build, inputs, _ = stage_builder(state)
+            progress(f"tracing stage {stage} of {config.pp}" if config.pp > 1 else "tracing the training step")
+            try:
+                traced[kind] = trace_stage(
+                    build,
+                    inputs,
+                    state=state,
+                    grad_accum=config.grad_accum,
+                    zero1=config.zero1,
+                    dtype=dtype,
+                    options=options,
+                    core=instance.chip.core,
+                    capacity=instance.core_memory_bytes,
+                )
+            except NeuronRuntimeError as exc:
+                if exc.status != "NRT_RESOURCE":
+                    raise
+                raise _stage_oom(config, stage, exc.message.split(" on ND", 1)[0]) from None
+            trace_seconds += traced[kind].trace_seconds
+        programs[stage] = traced[kind]
+
+    places = placements(config)
+    stages = {s: _stage_cost(programs[s], s, config, instance, places) for s in range(config.pp)}
+    send = _send_costs(config, instance, programs, places)
+    times = {s: stages[s].times for s in stages}
+    kwargs = {"stages": config.pp, "micro_batches": config.grad_accum, "schedule": config.schedule}
+    timeline = step_timeline(times, send_seconds=lambda s: send[s], **kwargs)
+    first = step_timeline(times, send_seconds=lambda s: send[s], first_step=True, **kwargs)
+    plan = JobPlan(
+        model=model,
+        config=config,
+        instance=instance,
+        dtype=dtype,
+        options=options,
+        parameters_total=parameters_total,
+        tokens_per_sample=tokens_per_sample,
+        sample_unit=sample_unit,
+        stages=stages,
+        timeline=timeline,
+        first_timeline=first,
+        trace_seconds=trace_seconds,
+        places=places,
+    )
+    for stage in range(config.pp):
+        peak = plan.hbm_peak(stage)
+        if peak > instance.core_memory_bytes:
+            raise _stage_oom(
+                config,
+                stage,
+                f"Failed to allocate {format_bytes(peak - instance.core_memory_bytes)} more than the core has "
+                f"(peak {format_bytes(peak)} with {plan.timeline.stages[stage].max_in_flight} micro-batches in flight)",
+            )
+    return plan
+
+
+def _stage_oom(config: ParallelConfig, stage: int, what: str) -> NeuronRuntimeError:
+    """The runtime's out-of-memory error for the first core of a stage (every core of the stage
+    holds the same shard)."""
+    core = (stage * config.tp * config.dp) % config.ranks_per_node
+    return NeuronRuntimeError(
+        "NRT_RESOURCE",
+        f"{what} on ND {core // 2}:NC {core % 2} (NeuronCore {core}, pipeline stage {stage}): "
+        f'nrt_tensor_allocate status={NRT_RESOURCE_STATUS} message="Allocation Failure" '
+        "- the shard does not fit the NeuronCore's 16 GiB of HBM; more --tp or --pp, --zero1, --recompute "
+        "or a smaller --micro-batch may",
+    )
+
+
+def _stage_cost(
+    program: StageProgram, stage: int, config: ParallelConfig, instance: InstanceType, places: list[RankPlace]
+) -> StageCost:
+    stage_groups = {kind: [g for g in groups(config, kind) if places[g[0]].pp_rank == stage] for kind in ("tp", "dp")}
+
+    @cache
+    def cost(call: CollectiveCall) -> CollectiveCost:
+        # a rank's global core id is its rank (rank r runs on core r % cores-per-node of node r // it)
+        members = stage_groups[call.group]
+        worst: CollectiveCost | None = None
+        for group in members:
+            spanned = len({places[r].node for r in group})
+            c = cost_group_collective(call.kind, call.nbytes, group, instance, concurrent=members, nodes=config.nodes)
+            entry = CollectiveCost(
+                call.kind, call.group, call.nbytes, len(group), spanned, c.seconds, dict(c.link_bytes)
+            )
+            if worst is None or entry.seconds > worst.seconds:
+                worst = entry
+        assert worst is not None
+        return worst
+
+    times: dict[str, GraphTime] = {}
+    collectives: dict[str, tuple[CollectiveCost, ...]] = {}
+    for name, graph in program.graphs.items():
+        costs = tuple(cost(c) for c in graph.collectives)
+        collectives[name] = costs
+        times[name] = GraphTime(graph.compute_seconds, sum(c.seconds for c in costs), host.host_seconds(graph))
+    return StageCost(program, times, collectives)
+
+
+def _send_costs(
+    config: ParallelConfig, instance: InstanceType, programs: dict[int, StageProgram], places: list[RankPlace]
+) -> dict[int, float]:
+    """Seconds to send a micro-batch's activation from stage s to s + 1 (its gradient comes back
+    the same way at the same cost)."""
+    out: dict[int, float] = {}
+    pp_groups = groups(config, "pp")
+    for s in range(config.pp - 1):
+        pairs = [[g[s], g[s + 1]] for g in pp_groups]
+        seconds = 0.0
+        for pair in pairs:
+            c = cost_group_collective(
+                "send", programs[s].send_bytes, pair, instance, concurrent=pairs, nodes=config.nodes
+            )
+            seconds = max(seconds, c.seconds)
+        out[s] = seconds
+    return out
+
+
+def graph_of(plan: JobPlan, stage: int, name: str) -> TracedGraph:
+    return plan.stages[stage].program.graphs[name]

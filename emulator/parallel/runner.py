@@ -1,0 +1,132 @@
+"""Model-scale jobs from the command line: ``neuron-emulator run MODEL --tp ... `` and the shared
+planning ``neuron-emulator bench`` uses. Flags are checked here; a configuration that does not
+divide the model, the batch or the cores is one line on stderr and exit status 1."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from emulator.costmodel import CostOptions, options_from_env
+from emulator.hardware.instance_types import InstanceType
+from emulator.parallel.comm import ParallelState
+from emulator.parallel.job import JobPlan, plan_job
+from emulator.parallel.plan import ConfigError, ParallelConfig, make_config
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What a user asked for, before it is checked against the model and the instance."""
+
+    model: str
+    tp: int = 1
+    pp: int = 1
+    dp: int | None = None
+    micro_batch: int | None = None
+    global_batch: int | None = None
+    seq_len: int | None = None
+    nodes: int = 1
+    zero1: bool = False
+    recompute: bool = False
+    sequence_parallel: bool = False
+    schedule: str = "1f1b"
+    dtype: str = "bf16"
+    auto_cast: str | None = None
+
+
+def _zoo():  # type: ignore[no-untyped-def]
+    from emulator.workloads.models import zoo
+
+    return zoo
+
+
+def model_names() -> list[str]:
+    return list(_zoo().MODELS)
+
+
+def resolve(request: JobRequest, instance: InstanceType) -> tuple[ParallelConfig, object]:
+    """The checked configuration and the model spec; ConfigError with one line otherwise."""
+    zoo = _zoo()
+    spec = zoo.MODELS.get(request.model)
+    if spec is None:
+        raise ConfigError(f"unknown model {request.model!r} (model-scale models: {', '.join(zoo.MODELS)})")
+    seq_len = request.seq_len or spec.default_seq_len
+    micro_batch = request.micro_batch or 1
+    config = make_config(
+        cores_per_node=instance.core_count,
+        tp=request.tp,
+        pp=request.pp,
+        dp=request.dp,
+        micro_batch=micro_batch,
+        global_batch=request.global_batch,
+        seq_len=seq_len,
+        nodes=request.nodes,
+        zero1=request.zero1,
+        recompute=request.recompute,
+        sequence_parallel=request.sequence_parallel,
+        schedule=request.schedule,
+    )
+    try:
+        zoo.validate(spec, config.tp, config.pp, seq_len, sequence_parallel=config.sequence_parallel)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return config, spec
+
+
+def cost_options(dtype: str, auto_cast: str | None, env: Mapping[str, str]) -> CostOptions:
+    """The compiler/runtime options of the job: BF16 parameters train with stochastic rounding
+    (as the published BF16+SR rows do) unless NEURON_RT_STOCHASTIC_ROUNDING_EN says otherwise."""
+    try:
+        options = options_from_env(env, auto_cast)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if dtype == "bf16" and "NEURON_RT_STOCHASTIC_ROUNDING_EN" not in env:
+        options = dataclasses.replace(options, stochastic_rounding=True)
+    return options
+
+
+def parameters_total(spec: object) -> int:
+    """Parameters of the whole, unsharded model (what MFU counts)."""
+    return int(_zoo().count_parameters(spec))
+
+
+def tokens_per_sample(spec: object, seq_len: int) -> int:
+    """Tokens one sample feeds the model (a sequence's length; an image's patches + CLS)."""
+    fn = getattr(_zoo(), "tokens_per_sample", None)
+    return int(fn(spec, seq_len)) if fn is not None else seq_len
+
+
+def plan_request(
+    request: JobRequest,
+    instance: InstanceType,
+    env: Mapping[str, str] | None = None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> JobPlan:
+    """Trace, cost and schedule a job (no daemon needed)."""
+    zoo = _zoo()
+    config, spec = resolve(request, instance)
+    options = cost_options(request.dtype, request.auto_cast, os.environ if env is None else env)
+
+    def stage_builder(state: ParallelState):  # type: ignore[no-untyped-def]
+        def build():  # type: ignore[no-untyped-def]
+            return zoo.build_stage(spec, seq_len=config.seq_len, recompute=config.recompute)
+
+        def inputs(module):  # type: ignore[no-untyped-def]
+            return zoo.stage_inputs(spec, module, config.micro_batch, config.seq_len)
+
+        return build, inputs, 0
+
+    return plan_job(
+        request.model,
+        config,
+        instance,
+        dtype=request.dtype,
+        options=options,
+        stage_builder=stage_builder,
+        parameters_total=parameters_total(spec),
+        tokens_per_sample=tokens_per_sample(spec, config.seq_len),
+        sample_unit=spec.sample_unit,  # type: ignore[attr-defined]
+        progress=progress,
+    )

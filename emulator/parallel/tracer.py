@@ -1,0 +1,302 @@
+"""Trace the programs of a model-scale parallel job once: one capture per distinct program.
+
+In an SPMD job every rank of a pipeline stage runs the same program: the tensor-parallel ranks
+hold shards of identical shapes, the data-parallel replicas identical copies. On a real Trn1 they
+trace the same graphs, get the same hashes and run the same NEFFs from the persistent cache
+(docs/parallel.md). So the emulator builds each *stage* once on ``meta`` (real model code, real
+autograd, real optimizer; shapes only, no values), captures its step graphs exactly as
+``emulator.xla`` captures a training script's, costs them with the cost model and measures its
+HBM ledger. The ranks then replay those graphs (``emulator.parallel.replay``): a model-scale step
+has no data-dependent control flow, so every step after the first traces to the same graphs —
+replaying them is the same work the device would be given.
+
+Graphs of one stage (what ``mark_step`` would cut in a torch_xla training loop):
+
+- pp = 1: ``micro_step`` (forward + backward of the first micro-batch: gradients are created),
+  ``micro_step_accumulate`` (later micro-batches: gradients are added), ``optimizer`` (the
+  data-parallel gradient reduction, global-norm clipping and AdamW), ``optimizer_first`` (the same
+  on step 1, which also creates the optimizer state).
+- pp > 1: ``forward``, ``backward``, ``backward_accumulate`` per micro-batch (the activation is
+  sent between them), and the two optimizer graphs.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from emulator.capture import tensor as device_tensor
+from emulator.capture.recorder import Recorder
+from emulator.costmodel import CostOptions, compile_cost, cost_graph, runtime_model_code_overhead_bytes
+from emulator.hardware.neuroncore_v2 import NeuronCoreV2Spec
+from emulator.parallel import comm
+from emulator.parallel.comm import CollectiveCall, ParallelState, RecordingCommunicator
+from emulator.runtime.compile_cache import graph_hash
+from emulator.runtime.memory import MemoryLedger
+
+# The runtime's own device memory per core: "runtime: 1.062KB" in a real trn1 OOM report (docs/hardware-catalog.md).
+RUNTIME_DEVICE_BYTES = 1088
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class TracedGraph:
+    """One step graph of a stage, costed for one NeuronCore."""
+
+    name: str
+    graph_hash: str
+    ops: int  # captured ops
+    device_ops: int  # ops that emit instructions
+    compute_seconds: float  # the cost model's device time of the graph (collectives not included)
+    flops: int
+    engines: dict[str, float]
+    hbm_bytes: int
+    compile_seconds: float
+    code_bytes: int
+    collectives: tuple[CollectiveCall, ...]
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Bytes one NeuronCore of the stage holds (its shard), by what they are."""
+
+    weights: int  # parameters (neuron-monitor "constants")
+    gradients: int
+    optimizer: int  # optimizer state (AdamW moments; 1/dp of it with ZeRO-1)
+    activations: int  # kept for the backward pass, per micro-batch in flight
+    transient: int  # extra peak inside one micro-step (backward's temporaries)
+    model_code: int  # NEFFs of the stage's graphs
+    code_overhead: int  # the runtime's per-core micro-code
+    runtime: int
+    capacity: int
+
+    def peak(self, in_flight: int) -> int:
+        """HBM high-water mark with ``in_flight`` micro-batches' activations held."""
+        return (
+            self.weights
+            + self.gradients
+            + self.optimizer
+            + self.activations * in_flight
+            + self.transient
+            + self.model_code
+            + self.code_overhead
+            + self.runtime
+        )
+
+
+@dataclass(frozen=True)
+class StageProgram:
+    stage: int
+    graphs: dict[str, TracedGraph]
+    memory: StageMemory
+    send_bytes: int  # activation sent to the next stage per micro-batch (its gradient comes back)
+    parameters: int  # parameters held by one core of the stage
+    trace_seconds: float = 0.0
+
+
+@dataclass
+class _Capture:
+    options: CostOptions
+    core: NeuronCoreV2Spec
+    recorder: Recorder = field(default_factory=Recorder)
+    graphs: dict[str, TracedGraph] = field(default_factory=dict)
+
+    def cut(self, name: str, comm_: RecordingCommunicator) -> TracedGraph:
+        """End the graph recorded so far (what mark_step does) and cost it."""
+        captured = self.recorder.take_graph()
+        ops = captured.ops()
+        cost = cost_graph(ops, self.options, self.core)
+        compiled = compile_cost(ops)
+        graph = TracedGraph(
+            name=name,
+            graph_hash=graph_hash(ops),
+            ops=len(ops),
+            device_ops=cost.device_op_count,
+            compute_seconds=cost.device_seconds,
+            flops=int(cost.flops),
+            engines=dict(cost.busy),
+            hbm_bytes=int(cost.hbm_bytes),
+            compile_seconds=compiled.seconds,
+            code_bytes=compiled.model_code_bytes,
+            collectives=tuple(comm_.take()),
+        )
+        self.graphs[name] = graph
+        return graph
+
+    def discard(self, comm_: RecordingCommunicator) -> None:
+        self.recorder.take_graph()
+        comm_.take()
+
+
+BuildStage = Callable[[], nn.Module]
+StageInputs = Callable[[nn.Module], Sequence[torch.Tensor]]
+
+
+def trace_stage(
+    build: BuildStage,
+    inputs: StageInputs,
+    *,
+    state: ParallelState,
+    grad_accum: int,
+    zero1: bool,
+    dtype: str,
+    options: CostOptions,
+    core: NeuronCoreV2Spec,
+    capacity: int,
+    lr: float = 1e-4,
+) -> StageProgram:
+    """Build one stage on the device (meta) and capture its graphs; raises the runtime's
+    ``NRT_RESOURCE`` error (:class:`NeuronRuntimeError`) when one micro-step does not fit."""
+    import time
+
+    started = time.perf_counter()
+    capture = _Capture(options, core)
+    ledger = MemoryLedger(
+        core=0,
+        device=0,
+        local_core=0,
+        capacity=capacity,
+        runtime_memory=RUNTIME_DEVICE_BYTES,
+        code_overhead=runtime_model_code_overhead_bytes(core),
+    )
+    recording = RecordingCommunicator(state)
+    hooks = device_tensor.hooks
+    saved = (hooks.on_op, hooks.on_alloc, hooks.meta_mode, hooks.downcast, comm.communicator())
+    hooks.on_op, hooks.on_alloc, hooks.meta_mode, hooks.downcast = capture.recorder.on_op, ledger.on_alloc, True, {}
+    comm.set_communicator(recording)
+    try:
+        with device_tensor.DeviceMode():
+            program = _trace(build, inputs, capture, ledger, recording, state, grad_accum, zero1, dtype, lr)
+    finally:
+        hooks.on_op, hooks.on_alloc, hooks.meta_mode, hooks.downcast = saved[:4]
+        comm.set_communicator(saved[4])
+        gc.collect()
+    code = sum(g.code_bytes for g in program.graphs.values())
+    memory = StageMemory(**{**program.memory.__dict__, "model_code": code})
+    return StageProgram(
+        program.stage, program.graphs, memory, program.send_bytes, program.parameters, time.perf_counter() - started
+    )
+
+
+def _to_device(t: torch.Tensor) -> torch.Tensor:
+    out = t.to(device_tensor.DEVICE)
+    if t.requires_grad:
+        out = out.detach().requires_grad_()
+    return out
+
+
+def _allocated(ledger: MemoryLedger) -> int:
+    gc.collect()  # storages are released when their last device tensor goes away
+    usage = ledger.usage()
+    return usage.constants + usage.tensors
+
+
+def _trace(
+    build: BuildStage,
+    inputs: StageInputs,
+    capture: _Capture,
+    ledger: MemoryLedger,
+    recording: RecordingCommunicator,
+    state: ParallelState,
+    grad_accum: int,
+    zero1: bool,
+    dtype: str,
+    lr: float,
+) -> StageProgram:
+    with torch.device("meta"):
+        module = build()
+    module.to(TORCH_DTYPES[dtype])
+    module.to(device_tensor.DEVICE)  # the shard's weights are allocated on the core here
+    capture.discard(recording)  # loading weights is not a step
+    weights = _allocated(ledger)
+    params = [p for p in module.parameters() if p.requires_grad]
+    parameters = sum(p.numel() for p in params)
+    pipelined = state.pp > 1
+    send_bytes = 0
+
+    def micro_step(first: bool) -> tuple[int, int]:
+        """One micro-batch; returns (activation bytes kept for backward, transient peak above them)."""
+        nonlocal send_bytes
+        batch = [_to_device(t) for t in inputs(module)]
+        if not state.first_stage:
+            capture.discard(recording)  # the received activation arrives by the pipeline send
+        base = _allocated(ledger)
+        ledger.peak = 0
+        out = module(*batch)
+        if pipelined:
+            if not state.last_stage:
+                send_bytes = out.numel() * out.element_size()
+            capture.cut("forward", recording)
+        kept = _allocated(ledger) - base
+        if state.last_stage:
+            out.backward()
+        else:
+            out.backward(torch.empty_like(out))
+        name = "micro_step" if first else "micro_step_accumulate"
+        if pipelined:
+            name = "backward" if first else "backward_accumulate"
+        capture.cut(name, recording)
+        peak = max(0, ledger.peak - ledger.fixed_bytes() - base - kept)
+        del out, batch
+        return kept, peak
+
+    activations, transient = micro_step(first=True)
+    gradients = _allocated(ledger) - weights
+    if grad_accum > 1:
+        a2, t2 = micro_step(first=False)
+        activations, transient = max(activations, a2), max(transient, t2)
+    before_optimizer = _allocated(ledger)
+
+    grads = [p.grad for p in params if p.grad is not None]
+    grad_bytes = sum(g.numel() * g.element_size() for g in grads)
+    if zero1:
+        shards = [_shard(p, state.dp) for p in params]
+        optimizer = torch.optim.AdamW(shards, lr=lr, foreach=True)
+    else:
+        optimizer = torch.optim.AdamW(params, lr=lr, foreach=True)
+
+    def optimizer_step(name: str) -> None:
+        if state.dp > 1:
+            flat = params[0].new_empty(grad_bytes // params[0].element_size())  # the bucket (free)
+            if zero1 and flat.shape[0] % state.dp == 0:  # ZeRO-1: each rank reduces only its 1/dp
+                comm.reduce_scatter(flat, 0, "dp")
+            else:
+                comm.all_reduce(flat, "dp")
+            del flat
+        if state.tp > 1:  # the global gradient norm sums the shards' squared norms (Megatron)
+            comm.all_reduce(params[0].new_empty(1, dtype=torch.float32), "tp")
+        torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"] if zero1 else params, 1.0)
+        optimizer.step()
+        if zero1 and state.dp > 1:  # the updated shards are gathered back into every replica
+            comm.all_gather(params[0].new_empty(math.ceil(grad_bytes / params[0].element_size() / state.dp)), 0, "dp")
+        capture.cut(name, recording)
+
+    optimizer_step("optimizer_first")
+    optimizer_bytes = _allocated(ledger) - before_optimizer
+    optimizer_step("optimizer")
+    memory = StageMemory(
+        weights=weights,
+        gradients=max(0, gradients),
+        optimizer=max(0, optimizer_bytes),
+        activations=max(0, activations),
+        transient=transient,
+        model_code=0,
+        code_overhead=ledger.code_overhead,
+        runtime=ledger.runtime_memory,
+        capacity=ledger.capacity,
+    )
+    return StageProgram(state.pp_rank, capture.graphs, memory, send_bytes, parameters)
+
+
+def _shard(p: torch.Tensor, dp: int) -> nn.Parameter:
+    """This rank's 1/dp slice of a parameter (flat), with a gradient slice, for ZeRO-1."""
+    n = math.ceil(p.numel() / dp)
+    shard = nn.Parameter(p.new_empty(n))
+    shard.grad = p.new_empty(n)
+    return shard

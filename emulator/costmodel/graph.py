@@ -31,6 +31,13 @@ from emulator.costmodel.engines import BUSY_ENGINES, Engine
 from emulator.costmodel.ops import DEFAULT_OPTIONS, OpCost, cost_op, hbm_stream_bandwidth
 from emulator.hardware.neuroncore_v2 import NEURONCORE_V2, NeuronCoreV2Spec
 
+# Share of the modelled engine and DMA rates the compiled program achieves on the device: what
+# the per-op rules above leave out (operand transposes and layout changes, instruction scheduling,
+# the maturity of the compiler that produced the published rows). FITTED, on the two calibration
+# rows only (BERT-Large Ph1 DP32 and GPT3-6.7B TP8xDP4, docs/parallel.md "Calibration"), jointly
+# with the host share of emulator/parallel/host.py; `emulator.parallel.calibrate` re-fits both.
+COMPILER_EFFICIENCY = 0.685
+
 
 @dataclass(frozen=True)
 class GraphCost:
@@ -76,24 +83,30 @@ def schedule(costs: Sequence[OpCost]) -> float:
 
 
 def cost_graph(
-    ops: Sequence[OpRecord], options: CostOptions = DEFAULT_OPTIONS, core: NeuronCoreV2Spec = NEURONCORE_V2
+    ops: Sequence[OpRecord],
+    options: CostOptions = DEFAULT_OPTIONS,
+    core: NeuronCoreV2Spec = NEURONCORE_V2,
+    efficiency: float = COMPILER_EFFICIENCY,
 ) -> GraphCost:
-    """Device time, per-engine busy time, FLOPs and HBM traffic of one captured graph."""
+    """Device time, per-engine busy time, FLOPs and HBM traffic of one captured graph; every
+    time is the per-op model's divided by ``efficiency`` (1.0 gives the bare per-op model)."""
+    if not 0 < efficiency <= 1.5:
+        raise ValueError(f"efficiency {efficiency!r} must be in (0, 1.5]")
     costs = tuple(cost_op(op, options, core) for op in ops)
     busy = {e.value: 0.0 for e in BUSY_ENGINES}
     for c in costs:
         if c.engine is not Engine.NONE:
-            busy[c.engine.value] += c.seconds
+            busy[c.engine.value] += c.seconds / efficiency
     traffic = sum(c.hbm_bytes for c in costs)
-    hbm_seconds = traffic / hbm_stream_bandwidth(core)
-    device = max(schedule(costs), hbm_seconds, max(busy.values()))
+    hbm_seconds = traffic / hbm_stream_bandwidth(core) / efficiency
+    device = max(schedule(costs) / efficiency, hbm_seconds, max(busy.values()))
     return GraphCost(
         device_seconds=device,
         busy=MappingProxyType(busy),
         flops=sum(c.flops for c in costs),
         hbm_bytes=traffic,
         hbm_seconds=hbm_seconds,
-        serial_seconds=sum(c.seconds for c in costs),
+        serial_seconds=sum(c.seconds for c in costs) / efficiency,
         op_count=len(costs),
         device_op_count=sum(1 for c in costs if c.seconds > 0),
         unknown_ops=tuple(sorted({c.name for c in costs if not c.known})),

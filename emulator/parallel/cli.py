@@ -140,6 +140,22 @@ PUBLISHED_ROWS = (
 )
 
 
+def published_request(row: PublishedRow):  # -> JobRequest
+    from emulator.parallel.runner import JobRequest
+
+    return JobRequest(
+        model=row.model,
+        tp=row.tp,
+        pp=row.pp,
+        dp=row.dp,
+        micro_batch=row.micro_batch,
+        global_batch=row.global_batch,
+        seq_len=row.seq_len,
+        dtype=row.dtype,
+        auto_cast=row.auto_cast,
+    )
+
+
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", nargs="?", metavar="MODEL", help="one model-scale model (default: the published rows)")
     parser.add_argument("--json", action="store_true", help="print the rows as a JSON list")
@@ -173,7 +189,7 @@ def _row_result(name: str, plan: Any, published: float | None) -> dict[str, Any]
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from emulator.hardware import get_instance_type
-    from emulator.parallel.runner import JobRequest, plan_request
+    from emulator.parallel.runner import plan_request
 
     try:
         instance = get_instance_type(args.instance_type)
@@ -188,19 +204,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             rows.append(_row_result(args.model, plan_request(request, instance, progress=progress), None))
         else:
             for row in PUBLISHED_ROWS:
-                request = JobRequest(
-                    model=row.model,
-                    tp=row.tp,
-                    pp=row.pp,
-                    dp=row.dp,
-                    micro_batch=row.micro_batch,
-                    global_batch=row.global_batch,
-                    seq_len=row.seq_len,
-                    dtype=row.dtype,
-                    auto_cast=row.auto_cast,
-                )
                 progress(row.name)
-                plan = plan_request(request, instance, env={}, progress=progress)
+                plan = plan_request(published_request(row), instance, env={}, progress=progress)
                 rows.append(_row_result(row.name, plan, row.published_seq_per_s))
     except (ConfigError, NeuronRuntimeError) as exc:
         report_error(str(exc))

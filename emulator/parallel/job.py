@@ -11,6 +11,7 @@ numbers without waiting for them).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -257,3 +258,23 @@ def _send_costs(
 
 def graph_of(plan: JobPlan, stage: int, name: str) -> TracedGraph:
     return plan.stages[stage].program.graphs[name]
+
+
+def retimed(plan: JobPlan, *, compute_scale: float = 1.0, host_per_op: float | None = None) -> JobPlan:
+    """The same job with every graph's compute time multiplied by ``compute_scale`` and the host
+    share re-modelled with ``host_per_op`` (for re-fitting the two fitted constants; collectives,
+    which come from measurements, stay as they are)."""
+    stages: dict[int, StageCost] = {}
+    for s, cost in plan.stages.items():
+        times = {}
+        for name, t in cost.times.items():
+            graph = cost.program.graphs[name]
+            h = t.host_seconds if host_per_op is None else host.host_seconds(graph, host_per_op)
+            times[name] = GraphTime(t.compute_seconds * compute_scale, t.collective_seconds, h)
+        stages[s] = StageCost(cost.program, times, cost.collectives)
+    send = _send_costs(plan.config, plan.instance, {s: c.program for s, c in plan.stages.items()}, plan.places)
+    kwargs = {"stages": plan.config.pp, "micro_batches": plan.config.grad_accum, "schedule": plan.config.schedule}
+    times_by_stage = {s: stages[s].times for s in stages}
+    timeline = step_timeline(times_by_stage, send_seconds=lambda s: send[s], **kwargs)
+    first = step_timeline(times_by_stage, send_seconds=lambda s: send[s], first_step=True, **kwargs)
+    return dataclasses.replace(plan, stages=stages, timeline=timeline, first_timeline=first)

@@ -263,10 +263,12 @@ def _trace(
 
     def optimizer_step(name: str) -> None:
         if state.dp > 1:
-            flat = params[0].new_empty(grad_bytes // params[0].element_size())  # the bucket (free)
-            if zero1 and flat.shape[0] % state.dp == 0:  # ZeRO-1: each rank reduces only its 1/dp
+            numel = grad_bytes // params[0].element_size()
+            if zero1:  # ZeRO-1: the bucket is padded to split evenly; each rank reduces only its 1/dp
+                flat = params[0].new_empty(math.ceil(numel / state.dp) * state.dp)  # an allocation, no op
                 comm.reduce_scatter(flat, 0, "dp")
             else:
+                flat = params[0].new_empty(numel)
                 comm.all_reduce(flat, "dp")
             del flat
         if state.tp > 1:  # the global gradient norm sums the shards' squared norms (Megatron)

@@ -1,0 +1,194 @@
+"""Parallel model-scale jobs without a daemon: layout, schedules, sharded HBM, OOM boundaries,
+collectives per replica group, replay equivalence and the calibration rows (docs/parallel.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from emulator.costmodel.graph import COMPILER_EFFICIENCY
+from emulator.hardware import get_instance_type
+from emulator.parallel.calibrate import fit
+from emulator.parallel.cli import PUBLISHED_ROWS, published_request
+from emulator.parallel.host import HOST_SECONDS_PER_DEVICE_OP
+from emulator.parallel.plan import ConfigError, groups, make_config, placements
+from emulator.parallel.plan_file import load_rank_plan, plan_document, write_plan
+from emulator.parallel.replay import _bodies
+from emulator.parallel.runner import JobRequest, plan_request
+from emulator.parallel.schedule import GraphTime, order, step_timeline
+from emulator.runtime.compile_cache import CompileCache
+from emulator.runtime.errors import NeuronRuntimeError
+from emulator.workloads.models import zoo
+
+TRN1_32 = get_instance_type("trn1.32xlarge")
+GIB = 1 << 30
+
+
+# --- layout --------------------------------------------------------------------------------------
+def test_megatron_layout_tp_contiguous_dp_strided() -> None:
+    cfg = make_config(cores_per_node=32, tp=8, micro_batch=1, global_batch=64, seq_len=2048)
+    assert (cfg.dp, cfg.grad_accum) == (4, 16)
+    assert groups(cfg, "tp")[0] == list(range(8))
+    assert groups(cfg, "dp")[0] == [0, 8, 16, 24]
+    assert len(groups(cfg, "tp")) == 4 and len(groups(cfg, "dp")) == 8
+    cfg = make_config(cores_per_node=32, tp=2, pp=4, micro_batch=1, seq_len=128)
+    assert groups(cfg, "pp")[0] == [0, 8, 16, 24]
+    assert [p.pp_rank for p in placements(cfg)][::8] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "text"),
+    [
+        ({"tp": 3}, "does not divide the 32 NeuronCores"),
+        ({"tp": 8, "dp": 8}, "64 ranks, but there are 32"),
+        ({"global_batch": 5}, "not a multiple of micro-batch"),
+        ({"sequence_parallel": True}, "needs --tp 2"),
+        ({"tp": 64, "dp": 1}, "64 ranks, but there are 32"),
+        ({"schedule": "zigzag"}, "--schedule"),
+    ],
+)
+def test_bad_layouts_are_one_line(kwargs: dict, text: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        make_config(cores_per_node=32, micro_batch=1, seq_len=128, **kwargs)
+    assert text in str(err.value) and "\n" not in str(err.value)
+
+
+def test_model_does_not_split_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="heads"):
+        plan_request(JobRequest("llama2-13b", tp=16, dp=2, seq_len=128), TRN1_32)  # 40 heads
+    with pytest.raises(ConfigError, match="unknown model"):
+        plan_request(JobRequest("gpt5"), TRN1_32)
+
+
+# --- schedules -----------------------------------------------------------------------------------
+def test_1f1b_order_warms_up_then_alternates() -> None:
+    assert order("1f1b", 0, 4, 6)[:4] == [("F", 0), ("F", 1), ("F", 2), ("F", 3)]
+    assert order("1f1b", 3, 4, 6)[:4] == [("F", 0), ("B", 0), ("F", 1), ("B", 1)]
+    assert order("gpipe", 1, 4, 3) == [("F", 0), ("F", 1), ("F", 2), ("B", 0), ("B", 1), ("B", 2)]
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_pipeline_bubble_is_p_minus_1_over_m_plus_p_minus_1(schedule: str) -> None:
+    p, m = 4, 8
+    unit = GraphTime(1.0, 0.0, 0.0)
+    graphs = {"forward": unit, "backward": unit, "backward_accumulate": unit, "optimizer": GraphTime(0, 0, 0)}
+    timeline = step_timeline({s: graphs for s in range(p)}, stages=p, micro_batches=m, schedule=schedule)
+    assert timeline.step_seconds == pytest.approx(2 * (m + p - 1))
+    for s in range(p):
+        assert timeline.bubble(s) == pytest.approx((p - 1) / (m + p - 1))
+    in_flight = [tl.max_in_flight for tl in timeline.stages]
+    assert in_flight == ([4, 3, 2, 1] if schedule == "1f1b" else [m] * p)
+
+
+def test_point_to_point_sends_lengthen_the_pipeline() -> None:
+    unit = GraphTime(1.0, 0.0, 0.0)
+    graphs = {"forward": unit, "backward": unit, "backward_accumulate": unit, "optimizer": GraphTime(0, 0, 0)}
+    base = step_timeline({s: graphs for s in range(2)}, stages=2, micro_batches=4)
+    sent = step_timeline({s: graphs for s in range(2)}, stages=2, micro_batches=4, send_seconds=lambda s: 0.5)
+    assert sent.step_seconds > base.step_seconds
+
+
+# --- planned jobs (traced once per module: tracing a model takes seconds) ---------------------
+@pytest.fixture(scope="module")
+def gpt_tp8() -> object:
+    return plan_request(JobRequest("gpt3-6.7b", tp=8, dp=4, micro_batch=1, global_batch=8, seq_len=2048), TRN1_32)
+
+
+def test_gpt3_6_7b_on_one_core_is_nrt_resource() -> None:
+    with pytest.raises(NeuronRuntimeError) as err:
+        plan_request(JobRequest("gpt3-6.7b", tp=1, dp=1, seq_len=2048), TRN1_32)
+    assert err.value.status == "NRT_RESOURCE"
+    assert "ND 0:NC 0" in err.value.message and "status=4" in err.value.message
+
+
+def test_tp8_core_holds_its_shard(gpt_tp8) -> None:  # type: ignore[no-untyped-def]
+    mem = gpt_tp8.stages[0].program.memory
+    spec = zoo.MODELS["gpt3-6.7b"]
+    full = zoo.count_parameters(spec)
+    # one TP shard: an eighth of the model, plus the replicated positions, norms and biases and the
+    # vocabulary padding (51,200 rows for TP8); held in bf16
+    shard = gpt_tp8.stages[0].program.parameters
+    assert full / 8 <= shard <= full / 8 * 1.06
+    assert mem.weights == 2 * shard
+    assert mem.gradients == mem.weights  # bf16 gradients, same shapes
+    assert mem.optimizer == 2 * mem.weights  # AdamW's two moments in bf16 (BF16 + SR)
+    assert gpt_tp8.hbm_peak(0) < 16 * GIB
+
+
+def test_tp_and_dp_collectives_run_in_their_groups(gpt_tp8) -> None:  # type: ignore[no-untyped-def]
+    cost = gpt_tp8.stages[0]
+    tp = [c for c in cost.collectives["micro_step_accumulate"] if c.group == "tp"]
+    layers = zoo.MODELS["gpt3-6.7b"].layers
+    # Megatron: two all-reduces forward (attention, MLP) and two backward per layer, + embedding/loss
+    assert len([c for c in tp if c.kind == "all_reduce"]) >= 4 * layers
+    assert {c.ranks for c in tp} == {8}
+    activation = 1 * 2048 * 4096 * 2  # [s, b, h] in bf16
+    assert max(c.nbytes for c in tp) >= activation
+    dp = [c for c in cost.collectives["optimizer"] if c.group == "dp"]
+    assert len(dp) == 1 and dp[0].ranks == 4 and dp[0].kind == "all_reduce"
+    assert dp[0].nbytes == cost.program.memory.gradients  # the whole gradient of the shard
+    assert dp[0].link_bytes["neuronlink"] > 0  # cores 0, 8, 16, 24 sit on different chips
+
+
+def test_zero1_shards_optimizer_state_over_dp() -> None:
+    req = JobRequest("bert-large", dp=32, micro_batch=8, seq_len=128, zero1=True)
+    plan = plan_request(req, TRN1_32)
+    mem = plan.stages[0].program.memory
+    kinds = [c.kind for c in plan.stages[0].collectives["optimizer"] if c.group == "dp"]
+    assert kinds == ["reduce_scatter", "all_gather"]
+    assert mem.optimizer < mem.weights  # 2 moments + shard copies over 32 ranks, not 2x the weights
+
+
+def test_pipeline_stages_hold_their_layers_and_activations_in_flight() -> None:
+    req = JobRequest("llama2-7b", tp=8, pp=4, dp=1, micro_batch=1, global_batch=8, seq_len=512)
+    plan = plan_request(req, TRN1_32)
+    assert [tl.max_in_flight for tl in plan.timeline.stages] == [4, 3, 2, 1]
+    assert all(plan.timeline.bubble(s) > 0.1 for s in range(4))
+    assert plan.stages[0].program.send_bytes == 512 * 1 * 4096 * 2
+    peaks = [plan.hbm_peak(s) for s in range(4)]
+    assert peaks[0] > peaks[2]  # stage 0 holds four micro-batches' activations, stage 2 two
+
+
+# --- replay equivalence --------------------------------------------------------------------------
+def test_replayed_step_reports_exactly_the_traced_graphs(gpt_tp8, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    again = plan_request(JobRequest("gpt3-6.7b", tp=8, dp=4, micro_batch=1, global_batch=8, seq_len=2048), TRN1_32)
+    # tracing the step again yields the same graphs, hashes and costs: replaying is the same work
+    assert again.stages[0].program.graphs == gpt_tp8.stages[0].program.graphs
+    models = {}
+    for name, graph in gpt_tp8.stages[0].program.graphs.items():
+        models[(0, name)] = CompileCache(None).load(graph.graph_hash, (), graph.code_bytes)
+    path = tmp_path / "plan.json"
+    write_plan(plan_document(gpt_tp8, steps=3, models=models, compile_seconds=0.0), path)
+    rank = load_rank_plan(str(path), 13)
+    assert (rank.core, rank.stage) == (13, 0)
+    counters = {"hits": 0, "misses": 0}
+    bodies = _bodies(rank, 2, 100.0, counters)
+    slots = gpt_tp8.timeline.stages[0].slots
+    assert [b["start"] - 100.0 for b in bodies] == pytest.approx([s.start for s in slots])
+    for body, slot in zip(bodies, slots, strict=True):
+        graph = gpt_tp8.stages[0].program.graphs[slot.graph]
+        t = gpt_tp8.stages[0].times[slot.graph]
+        assert body["flops"] == graph.flops
+        assert body["device_seconds"] == pytest.approx(t.device_seconds)
+        assert body["engines"] == pytest.approx(graph.engines)
+        assert len(body["collectives"]) == len(graph.collectives)
+        assert body["memory"]["core"]["constants"] == gpt_tp8.stages[0].program.memory.weights
+    json.dumps(bodies)  # what the daemon receives
+
+
+# --- calibration ----------------------------------------------------------------------------------
+def test_published_rows_within_ten_percent_and_constants_are_the_fit() -> None:
+    plans = [plan_request(published_request(row), TRN1_32, env={}) for row in PUBLISHED_ROWS[:2]]
+    for row, plan in zip(PUBLISHED_ROWS[:2], plans, strict=True):
+        assert row.published_seq_per_s is not None
+        ratio = plan.samples_per_second / row.published_seq_per_s
+        assert 0.9 <= ratio <= 1.1, (row.name, ratio)
+    assert plans[0].utilization(0) == pytest.approx(0.80, abs=0.01)  # the BERT tutorial's figure
+    result = fit(
+        plans[0], PUBLISHED_ROWS[0].published_seq_per_s or 0, plans[1], PUBLISHED_ROWS[1].published_seq_per_s or 0
+    )
+    assert math.isclose(result.efficiency, COMPILER_EFFICIENCY, rel_tol=0.01)
+    assert math.isclose(result.host_seconds_per_op, HOST_SECONDS_PER_DEVICE_OP, rel_tol=0.02)

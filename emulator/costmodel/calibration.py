@@ -1,5 +1,8 @@
 """Analytic training steps of the published calibration rows, and the model's throughput for them.
 
+Superseded as the prediction by ``neuron-emulator bench`` (``emulator/parallel``, docs/parallel.md),
+which traces the real model code; kept as an analytic cross-check and as op-list test fixtures.
+
 ``spec/trn1-hardware.md`` §5 publishes two Trn1 training rows. This module writes down, from the
 models' dimensions only, the ATen op list one training micro-step would capture on one
 NeuronCore (forward, backward, gradient accumulation; the optimizer step and the collectives

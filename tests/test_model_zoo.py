@@ -29,6 +29,7 @@ from emulator.workloads.models.zoo import (
     count_parameters,
     padded_vocab,
     stage_inputs,
+    tokens_per_sample,
     validate,
 )
 from tests.parallel_support import ThreadedAllReduce
@@ -253,6 +254,7 @@ def test_stage_inputs() -> None:
     place()
     images, labels = stage_inputs(vit, build_stage(vit, seq_len=197), 3, 197)
     assert images.shape == (3, 3, 224, 224) and labels.shape == (3,)
+    assert tokens_per_sample(vit, 197) == 197 and tokens_per_sample(spec, 128) == 128
 
 
 # ------------------------------------------------------------------------------------------------

@@ -139,8 +139,8 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, seq: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """``cos`` and ``sin`` tables ``[seq, 1, 1, head_dim]`` (broadcast over batch and heads)."""
-        positions = torch.arange(seq, device=self.inv_freq.device, dtype=self.inv_freq.dtype)
-        freqs = torch.outer(positions, self.inv_freq)
+        positions = torch.arange(seq, device=self.inv_freq.device, dtype=torch.float32)
+        freqs = torch.outer(positions, self.inv_freq.float())  # fp32 even in a bf16 model
         angles = torch.cat([freqs, freqs], dim=-1)[:, None, None, :]
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
@@ -188,10 +188,17 @@ class Attention(nn.Module):
         q_out, kv_out = spec.heads * self.head_dim, kv_total * self.head_dim
         if self.fused:
             self.qkv = ColumnParallelLinear(spec.hidden, q_out + 2 * kv_out, bias=spec.bias)
+            kv_params = list(self.qkv.parameters())
         else:
             self.query = ColumnParallelLinear(spec.hidden, q_out, bias=spec.bias)
             self.key = ColumnParallelLinear(spec.hidden, kv_out, bias=spec.bias)
             self.value = ColumnParallelLinear(spec.hidden, kv_out, bias=spec.bias)
+            kv_params = [*self.key.parameters(), *self.value.parameters()]
+        if self.kv_replicas > 1:
+            # The key/value rows are copies held by kv_replicas ranks (NxD's kv-shared group):
+            # their gradients are partial and sum over those ranks once per step.
+            for p in kv_params:
+                p.kv_replicas = self.kv_replicas  # type: ignore[attr-defined]
         self.out = RowParallelLinear(q_out, spec.hidden, bias=spec.bias)
         self.dropout = spec.attention_dropout
         self.scale = 1.0 / math.sqrt(self.head_dim)
@@ -200,17 +207,22 @@ class Attention(nn.Module):
         self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None, mask: torch.Tensor | None
     ) -> torch.Tensor:
         hd = self.head_dim
-        if self.fused:
-            q, k, v = self.qkv(x).split([self.heads * hd, self.kv_heads * hd, self.kv_heads * hd], dim=-1)
+        if self.fused:  # [s, b, (heads + 2 kv_heads) * hd]: queries, keys, values of this rank's heads
+            qkv = self.qkv(x)
+            seq, batch = qkv.shape[0], qkv.shape[1]
+            qk, v = qkv.view(seq, batch, -1, hd).split([self.heads + self.kv_heads, self.kv_heads], dim=2)
+            if rotary is not None:  # queries and keys rotated together (the same ops, half as many)
+                qk = apply_rotary(qk, *rotary)
+            q, k = qk.split([self.heads, self.kv_heads], dim=2)
         else:  # one all-reduce (all-gather under SP) of the input for the three projections
             full = enter_tp_region(x)
             q, k, v = self.query.local_forward(full), self.key.local_forward(full), self.value.local_forward(full)
-        seq, batch = q.shape[0], q.shape[1]
-        q = q.reshape(seq, batch, self.heads, hd)
-        k = k.reshape(seq, batch, self.kv_heads, hd)
-        v = v.reshape(seq, batch, self.kv_heads, hd)
-        if rotary is not None:
-            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+            seq, batch = q.shape[0], q.shape[1]
+            q = q.view(seq, batch, self.heads, hd)
+            k = k.view(seq, batch, self.kv_heads, hd)
+            v = v.view(seq, batch, self.kv_heads, hd)
+            if rotary is not None:
+                q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
         q, k, v = q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3)  # [b, heads, s, hd]
         if self.kv_heads != self.heads:  # grouped-query attention: each KV head serves a group of queries
             group = self.heads // self.kv_heads
@@ -473,7 +485,10 @@ class StageModule(nn.Module):
         x = self.embedding(*inputs[:n_in]) if self.embedding is not None else inputs[0]
         seq = x.shape[0] * (self.tp if self.sequence_parallel else 1)  # attention sees the whole sequence
         rotary = self.rotary(seq, x.dtype) if self.rotary is not None else None
-        mask = torch.ones(seq, seq, dtype=torch.bool, device=x.device).triu(1) if self.spec.causal else None
+        mask = None
+        if self.spec.causal:  # True above the diagonal: keys after the query; built on the device
+            positions = torch.arange(seq, device=x.device)
+            mask = positions.unsqueeze(0) > positions.unsqueeze(1)
         for layer in self.layers.values():
             if self.recompute and torch.is_grad_enabled():
                 # Megatron's full recomputation: the whole layer forward runs again in backward

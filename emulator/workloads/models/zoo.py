@@ -32,6 +32,7 @@ __all__ = [
     "count_parameters",
     "padded_vocab",
     "stage_inputs",
+    "tokens_per_sample",
     "validate",
 ]
 
@@ -382,6 +383,13 @@ def count_parameters(spec: ModelSpec, tp: int = 1) -> int:
         return total + (h * h + h) + norm + vocab + (h * h + h) + (2 * h + 2)
     total += norm  # final norm
     return total if spec.tied_output else total + vocab * h
+
+
+def tokens_per_sample(spec: ModelSpec, seq_len: int) -> int:
+    """Tokens one sample feeds the model: the sequence length; for ViT an image's patches + CLS."""
+    if spec.family == "vit":
+        return (spec.image_size // spec.patch_size) ** 2 + 1
+    return seq_len
 
 
 def validate(spec: ModelSpec, tp: int, pp: int, seq_len: int, *, sequence_parallel: bool = False) -> None:

@@ -89,17 +89,23 @@ def _build_parser() -> argparse.ArgumentParser:
             p.add_argument("--json", action="store_true", help="print the daemon's status object as JSON")
     demo = sub.add_parser(
         "demo",
-        help="daemon + real training + neuron-exporter on :8000 + neuron-top; q stops all of it",
+        help="daemon + a parallel job over most cores + real training + neuron-exporter on :8000 + neuron-top; "
+        "q stops all of it",
     )
     demo.add_argument(
         "--instance-type",
         "-i",
-        default="trn1.2xlarge",
+        default="trn1.32xlarge",
         choices=list(INSTANCE_TYPES),
         metavar="TYPE",
-        help=f"one of {', '.join(INSTANCE_TYPES)} (default trn1.2xlarge)",
+        help=f"one of {', '.join(INSTANCE_TYPES)} (default trn1.32xlarge)",
     )
-    demo.add_argument("--workload", default="gpt-tiny", metavar="NAME", help="workload to train (default gpt-tiny)")
+    demo.add_argument(
+        "--workload",
+        default="gpt-tiny",
+        metavar="NAME",
+        help="real-math workload beside the parallel job (default gpt-tiny)",
+    )
     demo.add_argument(
         "--exporter-port", type=int, default=8000, metavar="N", help="neuron-exporter port (default 8000)"
     )
@@ -283,8 +289,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from emulator.demo import run_demo
     from emulator.workloads import WORKLOADS
 
-    if args.workload not in WORKLOADS:
-        raise CliError(f"unknown workload {args.workload!r} (see '{PROG} workloads')")
+    if args.workload not in WORKLOADS or not WORKLOADS[args.workload].real_math:
+        real = ", ".join(name for name, spec in WORKLOADS.items() if spec.real_math)
+        raise CliError(f"--workload {args.workload!r}: the demo's second job is a real-math workload ({real})")
     if not 1 <= args.exporter_port <= 65535:
         raise CliError(f"--exporter-port {args.exporter_port}: expected 1-65535")
     if not sys.stdout.isatty():

@@ -1,9 +1,12 @@
 """``neuron-emulator demo``: the whole product in one command.
 
-Starts a daemon on a private socket (default trn1.2xlarge), a real training workload on its
-NeuronCores, ``neuron-exporter`` on :8000, and ``neuron-top`` in the foreground. When
-neuron-top exits (``q``) or the user presses Ctrl-C, everything started here is stopped and the
-socket directory removed: no process or socket is left behind.
+Starts a daemon on a private socket (default trn1.32xlarge), a model-scale parallel job over most
+of its NeuronCores at the hardware's pace (GPT3-6.7B TP8xDP3 on cores 0-23 of a trn1.32xlarge;
+BERT-Large on core 0 of a trn1.2xlarge), a real-math workload whose loss falls on the next core,
+``neuron-exporter`` on :8000, and ``neuron-top`` in the foreground. When neuron-top exits (``q``)
+or the user presses Ctrl-C, everything started here is stopped and the socket directory removed:
+no process or socket is left behind. The first run waits for the parallel job's simulated
+compile (its graphs then sit in the persistent compile cache, and later runs start at once).
 """
 
 from __future__ import annotations
@@ -24,6 +27,12 @@ from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonU
 
 DEFAULT_WORKLOAD = "gpt-tiny"
 EXPORTER_PORT = 8000
+# The model-scale job of each instance type (run flags) and the first core left for the real-math job.
+PARALLEL_JOBS: dict[str, tuple[list[str], int]] = {
+    "trn1.32xlarge": (["gpt3-6.7b", "--tp", "8", "--dp", "3", "--global-batch", "48"], 24),
+    "trn1n.32xlarge": (["gpt3-6.7b", "--tp", "8", "--dp", "3", "--global-batch", "48"], 24),
+    "trn1.2xlarge": (["bert-large", "--dp", "1", "--micro-batch", "16", "--global-batch", "128"], 1),
+}
 
 
 def _bin(name: str) -> str:
@@ -76,7 +85,9 @@ class Demo:
             [_bin("neuron-emulator"), "up", "--instance-type", self.instance_type, "--socket", self.socket]
         )
         self._wait_for_daemon(daemon)
-        self._spawn([_bin("neuron-emulator"), "run", self.workload, "--steps", "1000000"])
+        job, free_core = PARALLEL_JOBS[self.instance_type]
+        self._spawn([_bin("neuron-emulator"), "run", *job, "--steps", "1000000"])
+        self._spawn([_bin("neuron-emulator"), "run", self.workload, "--cores", str(free_core), "--steps", "1000000"])
         self._spawn([_bin("neuron-exporter"), "--port", str(self.exporter_port)])
 
     def stop(self) -> None:
@@ -115,8 +126,8 @@ def run_demo(instance_type: str, workload: str = DEFAULT_WORKLOAD, exporter_port
     try:
         with running_demo(instance_type, workload, exporter_port) as demo:
             print(
-                f"neuron-emulator demo: {instance_type} at {demo.socket}, {workload} training, "
-                f"neuron-exporter on http://127.0.0.1:{exporter_port}/metrics; q quits",
+                f"neuron-emulator demo: {instance_type} at {demo.socket}: {' '.join(PARALLEL_JOBS[instance_type][0])} "
+                f"and {workload} training, neuron-exporter on http://127.0.0.1:{exporter_port}/metrics; q quits",
                 flush=True,
             )
             top = subprocess.run([_bin("neuron-top")], env=demo.env, check=False)

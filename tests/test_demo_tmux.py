@@ -22,10 +22,16 @@ def pane(session: str) -> str:
 
 
 def demo_processes() -> list[psutil.Process]:
+    """The demo's daemon (its socket is in a neuron-demo-* directory) and every process that
+    talks to it (training launchers, replaying ranks, the exporter: NEURON_EMULATOR_ADDR)."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = " ".join(proc.info["cmdline"] or [])
-        if "neuron-demo-" in cmd or ("emulator.workloads" in cmd and "neuron-demo" in cmd):
+        try:
+            addr = proc.environ().get("NEURON_EMULATOR_ADDR", "") if "emulator" in cmd or "neuron-" in cmd else ""
+        except psutil.Error:
+            addr = ""
+        if "neuron-demo-" in cmd or "neuron-demo-" in addr:
             found.append(proc)
     return found
 
@@ -34,10 +40,15 @@ def test_demo_runs_everything_and_q_stops_it(short_tmp: Path) -> None:
     session = f"nt-demo-{time.monotonic_ns()}"
     port = free_port()
     done = short_tmp / "exit"
-    command = f"PATH={BIN}:$PATH neuron-emulator demo --workload mlp --exporter-port {port}; echo $? > {done}; sleep 60"
+    command = (
+        f"PATH={BIN}:$PATH NEURON_COMPILE_CACHE_URL={short_tmp / 'cache'} neuron-emulator demo "
+        f"--instance-type trn1.2xlarge --workload mlp --exporter-port {port}; echo $? > {done}; sleep 60"
+    )
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40", command], check=True)
     try:
-        assert wait_until(lambda: "[2]:mlp" in pane(session), timeout=90, interval=0.5), pane(session)
+        assert wait_until(lambda: "mlp" in pane(session), timeout=90, interval=0.5), pane(session)
+        # the model-scale job beside it: one replaying rank on core 0 (BERT-Large, DP1)
+        assert wait_until(lambda: "bert-large-rank0" in pane(session), timeout=120, interval=0.5), pane(session)
         screen = pane(session)
         assert "neuron-top" in screen and "(trn1.2xlarge)" in screen
         assert "ND0" in screen and "NeuronCore v2 Utilization" in screen

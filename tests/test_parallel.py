@@ -192,3 +192,9 @@ def test_published_rows_within_ten_percent_and_constants_are_the_fit() -> None:
     )
     assert math.isclose(result.efficiency, COMPILER_EFFICIENCY, rel_tol=0.01)
     assert math.isclose(result.host_seconds_per_op, HOST_SECONDS_PER_DEVICE_OP, rel_tol=0.02)
+
+
+def test_image_model_plans_with_inputs_in_the_training_dtype() -> None:
+    plan = plan_request(JobRequest("vit-base", dp=2, micro_batch=2), get_instance_type("trn1.2xlarge"))
+    assert plan.sample_unit == "images" and plan.tokens_per_sample == 197
+    assert plan.samples_per_second > 0 and 0 < plan.utilization(0) < 1

@@ -3,9 +3,13 @@ process holding its own NeuronCore and its shard of HBM, busy at the planned rat
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from pathlib import Path
+
+import psutil
+import pytest
 
 from tests.support import BIN, run_tool, tool_env, wait_until
 
@@ -67,3 +71,36 @@ def test_gpt3_on_one_core_fails_with_nrt_resource_and_bad_layouts_are_one_line(d
         errors = [ln for ln in res.stderr.splitlines() if "error" in ln.lower()]
         assert len(errors) == 1 and text in errors[0], (argv, res.stderr)
     assert daemon.processes() == []
+
+
+def _replay_ranks(address: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if "emulator.parallel.replay" in " ".join(proc.info["cmdline"] or []):
+            try:
+                if proc.environ().get("NEURON_EMULATOR_ADDR") == address:
+                    found.append(proc)
+            except psutil.Error:
+                continue
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_ranks_die_with_their_launcher(daemon, short_tmp: Path, sig: signal.Signals) -> None:
+    env = tool_env(daemon.address, {"NEURON_COMPILE_CACHE_URL": str(short_tmp / "cache")})
+    argv = [str(BIN / "neuron-emulator"), "run", "vit-base", "--micro-batch", "2", "--steps", "1000"]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_until(lambda: len(daemon.processes()) == 2, timeout=120), proc.stderr
+        assert len(_replay_ranks(daemon.address)) == 2
+        killed = time.monotonic()
+        proc.send_signal(sig)
+        assert wait_until(lambda: _replay_ranks(daemon.address) == [], timeout=2.0)
+        assert wait_until(lambda: daemon.processes() == [], timeout=1.0)  # the cores are free again
+        assert time.monotonic() - killed < 3.0
+        code = proc.wait(timeout=10)
+        assert code == (-9 if sig == signal.SIGKILL else 128 + sig)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()

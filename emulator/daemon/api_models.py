@@ -64,7 +64,9 @@ class ExecutionBody(BaseModel):
     core: int = Field(ge=0)
     start: float = Field(description="time.monotonic() of the host when the device starts it")
     device_seconds: float = Field(ge=0, description="simulated device latency incl. collectives")
-    compute_seconds: float = Field(ge=0, description="simulated busy time of the compute engines")
+    compute_seconds: float = Field(
+        ge=0, description="simulated time the NeuronCore is busy with it (counts as utilization); <= device_seconds"
+    )
     total_latency: float = Field(ge=0, description="latency seen by the runtime, incl. compile and queueing")
     flops: int = Field(ge=0)
     engines: dict[Literal["tensor", "vector", "scalar", "gpsimd", "dma"], float]

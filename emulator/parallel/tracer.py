@@ -223,7 +223,9 @@ def _trace(
     def micro_step(first: bool) -> tuple[int, int]:
         """One micro-batch; returns (activation bytes kept for backward, transient peak above them)."""
         nonlocal send_bytes
-        batch = [_to_device(t) for t in inputs(module)]
+        # float inputs (images, a received activation) arrive in the training dtype, as the
+        # workloads' loop casts them (emulator/workloads/runner.py)
+        batch = [_to_device(t.to(TORCH_DTYPES[dtype]) if t.is_floating_point() else t) for t in inputs(module)]
         if not state.first_stage:
             capture.discard(recording)  # the received activation arrives by the pipeline send
         base = _allocated(ledger)

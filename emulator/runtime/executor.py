@@ -156,7 +156,7 @@ class DeviceRuntime:
 
         start = time.monotonic()
         total_latency = (start - called) + min(device_seconds, self.timeout)
-        self._report(model, graph, device_seconds, comm, start, total_latency, outcome, collectives, cache_hit)
+        self._report(model, graph, device_seconds, start, total_latency, outcome, collectives, cache_hit)
         _sleep_until(start + min(device_seconds, self.timeout))
         now = time.monotonic()
         result = StepResult(
@@ -224,7 +224,6 @@ class DeviceRuntime:
         model: LoadedModel,
         graph,
         device_seconds: float,
-        comm_seconds: float,
         start: float,
         total_latency: float,
         outcome: str,
@@ -236,7 +235,9 @@ class DeviceRuntime:
             "core": self.core,
             "start": start,
             "device_seconds": device_seconds,
-            "compute_seconds": device_seconds - comm_seconds,
+            # the NEFF occupies the core for its whole execution, its collectives included
+            # (the same convention as the replaying ranks of a parallel job, docs/parallel.md)
+            "compute_seconds": device_seconds,
             "total_latency": total_latency,
             "flops": int(graph.flops),
             "engines": {e: float(graph.busy.get(e, 0.0)) for e in ENGINES},

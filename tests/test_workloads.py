@@ -327,9 +327,14 @@ def test_workloads_lists_every_workload(capsys: pytest.CaptureFixture[str]) -> N
     lines = out.splitlines()
     assert lines[0].split() == ["NAME", "KIND", "DEFAULTS", "DESCRIPTION"]
     names = [ln.split()[0] for ln in lines[1:]]
-    assert names == list(WORKLOADS) == ["gpt-tiny", "bert-tiny", "mlp", "bert-large", "gpt3-6.7b"]
-    kinds = {spec.name: spec.kind for spec in WORKLOADS.values()}
-    assert kinds["gpt-tiny"] == REAL_MATH and kinds["gpt3-6.7b"] == MODEL_SCALE
+    from emulator.workloads.models.zoo import MODELS
+
+    # the real-math workloads, then every model-scale model of the zoo (parallel jobs)
+    assert names == ["gpt-tiny", "bert-tiny", "mlp", *MODELS]
+    assert {"bert-large", "gpt3-6.7b", "gpt3-175b", "llama2-70b", "llama3.1-8b", "vit-base"} <= set(MODELS)
+    kinds = {ln.split()[0]: ln.split()[1:3] for ln in lines[1:]}
+    assert kinds["gpt-tiny"] == REAL_MATH.split() and kinds["llama2-7b"] == MODEL_SCALE.split()
+    assert WORKLOADS["gpt-tiny"].kind == REAL_MATH
 
 
 def test_worker_flags_reproduce_the_config() -> None:

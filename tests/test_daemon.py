@@ -335,3 +335,32 @@ def test_execution_report_with_partial_memory_is_refused_and_counts_nothing(daem
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_batched_executions_count_when_they_start_with_their_link_bytes(daemon) -> None:
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        daemon.client.post("/processes", {"pid": sleeper.pid, "command": "sleep 30", "runtime_version": "2.29.14"})
+        now = daemon.client.get("/snapshot")["monotonic"]
+        ring = {"kind": "all_reduce", "bytes": 1000, "ranks": 4, "link_bytes": {"intra_chip": 0, "neuronlink": 750}}
+        past, future = _execution(now - 1.0, 0.5), {**_execution(now + 1.0, 0.5), "collectives": [ring]}
+        daemon.client.post(f"/processes/{sleeper.pid}/executions/batch", {"executions": [past, future]})
+
+        def mine() -> dict:
+            return next(p for p in daemon.client.get("/snapshot")["processes"] if p["pid"] == sleeper.pid)
+
+        early = mine()
+        assert early["executions"]["completed"] == 1  # the second has not started yet
+        assert early["cores"]["0"]["busy"] == pytest.approx(0.5)
+        assert early["collectives"]["neuronlink"] == {"bytes": 0, "operations": 0}
+        assert wait_until(lambda: mine()["executions"]["completed"] == 2, timeout=5)
+        assert wait_until(lambda: mine()["cores"]["0"]["busy"] == pytest.approx(1.0), timeout=5)
+        # the ring's bytes that crossed NeuronLink, not the payload
+        assert mine()["collectives"]["neuronlink"] == {"bytes": 750, "operations": 1}
+        bad = {"executions": [past, {**future, "core": 5}]}
+        with pytest.raises(DaemonError) as err:
+            daemon.client.post(f"/processes/{sleeper.pid}/executions/batch", bad)
+        assert err.value.status == 400 and mine()["executions"]["completed"] == 2  # all or nothing
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -56,6 +56,11 @@ class CollectiveBody(BaseModel):
     bytes: int = Field(ge=0)
     ranks: int = Field(ge=1)
     nodes: int = Field(1, ge=1)
+    link_bytes: dict[Literal["intra_chip", "neuronlink", "efa"], int] | None = Field(
+        None,
+        description="bytes this core sent over each link type (from its ring on the topology); without it the "
+        "whole payload counts on NeuronLink, or on EFA when the collective spans nodes",
+    )
 
 
 class ExecutionBody(BaseModel):

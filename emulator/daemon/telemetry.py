@@ -88,7 +88,7 @@ class _Report:
     engines: dict[str, float]
     outcome: str
     compile_cache: dict[str, int]
-    collectives: list[tuple[int, int]]  # (nodes spanned, bytes)
+    collectives: list[dict[str, int]]  # per collective: bytes by link type it used (neuronlink, efa)
     core_memory: dict[str, int] | None
     peak: int
     model: dict[str, Any] | None
@@ -119,6 +119,16 @@ def _core_memory(memory: dict[str, Any]) -> dict[str, int] | None:
     if missing:
         raise ValueError(f"memory.core must give bytes for every category; missing: {', '.join(missing)}")
     return {k: int(core[k]) for k in CORE_CATEGORIES}
+
+
+def _link_bytes(c: dict[str, Any]) -> dict[str, int]:
+    """The bytes a collective put on each counted link type. With ``link_bytes`` (a parallel job's
+    ring on the topology) the bytes that crossed NeuronLink and EFA; traffic between the two
+    cores of one chip crosses neither. Without it, the payload on NeuronLink (EFA across nodes)."""
+    per_link = c.get("link_bytes")
+    if per_link:
+        return {link: int(per_link[link]) for link in ("neuronlink", "efa") if int(per_link.get(link) or 0) > 0}
+    return {"neuronlink" if int(c.get("nodes", 1)) <= 1 else "efa": int(c["bytes"])}
 
 
 class Telemetry:
@@ -232,7 +242,7 @@ class Telemetry:
             engines={e: float(body["engines"].get(e, 0.0)) for e in ENGINES},
             outcome=outcome,
             compile_cache={k: int(body["compile_cache"][k]) for k in ("hits", "misses")},
-            collectives=[(int(c.get("nodes", 1)), int(c["bytes"])) for c in body.get("collectives", [])],
+            collectives=[_link_bytes(c) for c in body.get("collectives", [])],
             core_memory=_core_memory(memory),
             peak=int(memory.get("peak", 0)) if isinstance(memory.get("peak", 0), int) else 0,
             model=dict(body["model"]) if body.get("model") else None,
@@ -256,10 +266,10 @@ class Telemetry:
         while self._latency_log and self._latency_log[0][1] < end - LATENCY_WINDOW_S:
             self._latency_log.popleft()
         state.compile_cache = dict(ex.compile_cache)
-        for nodes, nbytes in ex.collectives:
-            link = "neuronlink" if nodes <= 1 else "efa"
-            state.collectives[link]["bytes"] += nbytes
-            state.collectives[link]["operations"] += 1
+        for links in ex.collectives:
+            for link, nbytes in links.items():
+                state.collectives[link]["bytes"] += nbytes
+                state.collectives[link]["operations"] += 1
         if ex.core_memory is not None:
             state.core_memory[ex.core] = ex.core_memory
             state.peak_memory[ex.core] = ex.peak

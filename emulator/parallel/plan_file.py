@@ -31,7 +31,7 @@ class GraphEntry:
     flops: int
     engines: dict[str, float]
     model: dict[str, Any]
-    collectives: list[dict[str, int | str]]
+    collectives: list[dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def plan_document(
                 "engines": {e: float(graph.engines.get(e, 0.0)) for e in ENGINE_KEYS},
                 "model": {"model_id": m.model_id, "uuid": m.uuid, "name": m.name, "code_bytes": m.code_bytes},
                 "collectives": [
-                    {"kind": c.kind, "bytes": c.nbytes, "ranks": c.ranks, "nodes": c.nodes}
+                    {"kind": c.kind, "bytes": c.nbytes, "ranks": c.ranks, "nodes": c.nodes, "link_bytes": c.link_bytes}
                     for c in cost.collectives[name]
                 ],
             }

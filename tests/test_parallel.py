@@ -198,3 +198,14 @@ def test_image_model_plans_with_inputs_in_the_training_dtype() -> None:
     plan = plan_request(JobRequest("vit-base", dp=2, micro_batch=2), get_instance_type("trn1.2xlarge"))
     assert plan.sample_unit == "images" and plan.tokens_per_sample == 197
     assert plan.samples_per_second > 0 and 0 < plan.utilization(0) < 1
+
+
+def test_recompute_trades_activation_memory_for_compute() -> None:
+    trn1_2 = get_instance_type("trn1.2xlarge")
+    plain = plan_request(JobRequest("vit-base", dp=2, micro_batch=8), trn1_2)
+    again = plan_request(JobRequest("vit-base", dp=2, micro_batch=8, recompute=True), trn1_2)
+    kept, recomputed = plain.stages[0].program.memory, again.stages[0].program.memory
+    assert recomputed.activations < kept.activations / 2  # only the layers' inputs are kept
+    step, step_rc = (p.stages[0].program.graphs["micro_step"] for p in (plain, again))
+    assert step_rc.flops > step.flops * 1.25  # the forward runs again in the backward pass
+    assert step_rc.compute_seconds > step.compute_seconds

@@ -138,27 +138,24 @@ def create_app(registry: Registry, info: DaemonInfo, *, reap_interval: float = R
         telemetry.forget(pid)
         return proc.to_dict()
 
-    @app.post("/v1/processes/{pid}/executions", status_code=204, responses=errors, tags=["telemetry"])
-    async def execution(pid: int, body: ExecutionBody) -> None:
-        """A step graph starting on one of the process's NeuronCores (what it costs, how it ended)."""
+    def record(pid: int, executions: list[ExecutionBody]) -> None:
         proc = registry.get(pid)
         if proc is None:
             raise ClaimError(f"process {pid} is not attached", http_status=404, nrt_status="NRT_INVALID")
         try:
-            telemetry.record_execution(proc, body.model_dump())
+            telemetry.record_executions(proc, [e.model_dump() for e in executions])
         except ValueError as exc:
             raise ClaimError(str(exc), http_status=400, nrt_status="NRT_INVALID") from None
+
+    @app.post("/v1/processes/{pid}/executions", status_code=204, responses=errors, tags=["telemetry"])
+    async def execution(pid: int, body: ExecutionBody) -> None:
+        """A step graph starting on one of the process's NeuronCores (what it costs, how it ended)."""
+        record(pid, [body])
 
     @app.post("/v1/processes/{pid}/executions/batch", status_code=204, responses=errors, tags=["telemetry"])
     async def execution_batch(pid: int, body: ExecutionBatch) -> None:
         """Several step graphs of the process, each with its own start (a replayed step)."""
-        proc = registry.get(pid)
-        if proc is None:
-            raise ClaimError(f"process {pid} is not attached", http_status=404, nrt_status="NRT_INVALID")
-        try:
-            telemetry.record_executions(proc, [e.model_dump() for e in body.executions])
-        except ValueError as exc:
-            raise ClaimError(str(exc), http_status=400, nrt_status="NRT_INVALID") from None
+        record(pid, body.executions)
 
     @app.get("/v1/processes/{pid}/memory", responses=errors, tags=["telemetry"])
     async def memory(pid: int) -> dict[str, object]:

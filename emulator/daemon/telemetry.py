@@ -199,9 +199,6 @@ class Telemetry:
             return dict(self._hw_counters[device])
 
     # -- reports from processes --------------------------------------------------------------
-    def record_execution(self, proc: NeuronProcess, body: dict[str, Any]) -> None:
-        self.record_executions(proc, [body])
-
     def record_executions(self, proc: NeuronProcess, bodies: list[dict[str, Any]]) -> None:
         """Executions on the process's cores. Busy time counts as the device time elapses; an
         execution reported ahead of its start (a replaying rank sends a step's graphs at once) is

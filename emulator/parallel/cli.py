@@ -36,12 +36,13 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _int(flag: str, text: str | None, default: int | None) -> int | None:
-    if text is None:
-        return default
-    value = text.strip()
-    if not value.isdigit() or int(value) < 1:
-        raise ConfigError(f"{flag} {text!r}: expected a positive integer")
-    return int(value)
+    from emulator.workloads.cli import ArgumentError, _positive_int
+
+    try:
+        value = _positive_int(flag, text)
+    except ArgumentError as exc:
+        raise ConfigError(str(exc)) from None
+    return default if value is None else value
 
 
 def request_from_args(args: argparse.Namespace, model: str):  # -> JobRequest

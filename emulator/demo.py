@@ -55,7 +55,14 @@ class Demo:
     def _spawn(self, argv: list[str], **kw: object) -> subprocess.Popen:
         log = open(self.log, "ab")  # noqa: SIM115 - handed to the child
         proc = subprocess.Popen(
-            argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, **kw
+            argv,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,  # Ctrl-C in neuron-top reaches the demo, which stops them in order
+            preexec_fn=_die_with_parent,
+            **kw,
         )  # type: ignore[call-overload]
         log.close()
         self.children.append(proc)
@@ -120,9 +127,18 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _die_with_parent() -> None:
+    """In a child, before exec: SIGTERM when the demo dies, even by SIGKILL (Linux prctl)."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def run_demo(instance_type: str, workload: str = DEFAULT_WORKLOAD, exporter_port: int = EXPORTER_PORT) -> int:
     """Run the demo with neuron-top in the foreground; returns neuron-top's exit status."""
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    # SIGTERM, and SIGHUP when its terminal goes away: stop everything started here first
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         with running_demo(instance_type, workload, exporter_port) as demo:
             print(
@@ -138,4 +154,5 @@ def run_demo(instance_type: str, workload: str = DEFAULT_WORKLOAD, exporter_port
         print(f"neuron-emulator: error: demo: {exc}", file=sys.stderr)
         return 1
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

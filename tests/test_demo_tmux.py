@@ -64,3 +64,19 @@ def test_demo_runs_everything_and_q_stops_it(short_tmp: Path) -> None:
         assert not list(Path("/tmp").glob("neuron-demo-*/neuron-emulator.sock"))
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_closing_the_terminal_stops_the_demo_too(short_tmp: Path) -> None:
+    """SIGHUP (the terminal went away) must not orphan the daemon, the jobs or the exporter."""
+    session = f"nt-demo-{time.monotonic_ns()}"
+    command = (
+        f"PATH={BIN}:$PATH NEURON_COMPILE_CACHE_URL={short_tmp / 'cache'} neuron-emulator demo "
+        f"--instance-type trn1.2xlarge --workload mlp --exporter-port {free_port()}"
+    )
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40", command], check=True)
+    try:
+        assert wait_until(lambda: "mlp" in pane(session), timeout=90, interval=0.5), pane(session)
+        assert wait_until(lambda: len(demo_processes()) >= 4, timeout=60), demo_processes()
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)  # SIGHUP to the demo
+    assert wait_until(lambda: demo_processes() == [], timeout=20), demo_processes()

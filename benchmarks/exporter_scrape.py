@@ -1,14 +1,16 @@
-"""Scrape latency and exporter CPU on an emulated trn1.32xlarge with every NeuronCore busy, in one run.
+"""Scrape latency and exporter CPU on an emulated trn1.32xlarge running a real training job, in one run.
 
-    .venv/bin/python benchmarks/exporter_scrape.py [--scrapes 200] [--rate 10] [--procs 32]
+    .venv/bin/python benchmarks/exporter_scrape.py [--scrapes 200] [--rate 10] [--job gpt3-6.7b-tp8dp4]
 
-Load: one daemon (``neuron-emulator up --instance-type trn1.32xlarge``) on a temporary socket and
-``--procs`` training processes, one per NeuronCore (``NEURON_RT_VISIBLE_CORES=i``). Each trains an
-8-layer, 8192-wide MLP on PyTorch's ``meta`` device (batch 16384, fp32, SGD) through
-``emulator.xla``: every step is captured, costed and executed on its emulated core (about 2.2 s of
-simulated device time for about 10 ms of host CPU), so 32 of them keep 32 cores executing on a
-2-vCPU machine. They are started a few at a time; the start-up time, their memory and how many
-cores were really busy (busy-time delta > 0 in the daemon's ``/v1/snapshot``) are printed.
+Load: one daemon (``neuron-emulator up --instance-type trn1.32xlarge``) on a temporary socket and a
+published Trn1 training job on all 32 NeuronCores through ``neuron-emulator run`` (emulated_job.py):
+``--job gpt3-6.7b-tp8dp4`` (default; ``gpt3-6.7b --tp 8 --dp 4 --global-batch 64``) or
+``bert-large-dp32`` (``bert-large --dp 32 --micro-batch 16 --global-batch 16384 --seq-len 128``). The
+launcher traces the step once, then 32 rank processes replay it on the daemon at the modelled pace
+(92.9 % or 80.0 % of each core's time), as a torchrun job's 32 processes would appear. The start-up
+(ranks attached, first execution, end of step 1), the job's memory, how many cores are really busy
+(busy-time delta > 0 in the daemon's ``/v1/snapshot``) and the load's own CPU are printed. The job
+runs until the end of the benchmark (a fresh compile cache: about 30 s of simulated compile first).
 
 Peers, measured one after the other under that same load (only the measured one runs):
 
@@ -35,15 +37,11 @@ import argparse
 import contextlib
 import http.client
 import json
-import os
-import selectors
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,17 +49,30 @@ from pathlib import Path
 
 import psutil
 
-from neurontools.sources.address import parse_address
-from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from emulated_job import (
+    BIN,
+    CORES,
+    INSTANCE_TYPE,
+    JOBS,
+    BenchError,
+    Busy,
+    Interrupted,
+    Job,
+    Run,
+    busy_between,
+    cpu_seconds,
+    handle_signals,
+    process_tree,
+    rss_bytes,
+    stop_process,
+    tail,
+)
 
-BIN = Path(sys.executable).parent
 NODE_EXPORTER = "prometheus-node-exporter"
-INSTANCE_TYPE = "trn1.32xlarge"
-CORES = 32
-WORKER_FLAG = "--busy-worker"
-WIDTH, LAYERS, BATCH = 8192, 8, 16384  # ~2.2 s simulated per step, ~9 GiB of the core's 16 GiB HBM
-WORKER_RSS = 400 * 2**20  # a little above what one worker process holds (~310 MB)
-STARTING_AT_ONCE = 3  # workers importing torch at the same time (the import is the CPU-heavy part)
+DEFAULT_JOB = "gpt3-6.7b-tp8dp4"
+JOB_STEPS = 100_000  # the job runs until the benchmark stops it
+MIB = 2**20
 SCRAPE_TIMEOUT = 10.0
 READY_TIMEOUT = 45.0
 WARMUP_SECONDS = 2.0
@@ -85,232 +96,54 @@ MONITOR_CONFIG = {
 }
 
 
-class Interrupted(Exception):
-    """SIGTERM arrived."""
-
-
-class BenchError(Exception):
-    """The benchmark cannot go on; the message says why."""
-
-
-# -- the load: one process per NeuronCore -----------------------------------------------------------
-
-
-def busy_worker() -> int:
-    """Runs in a child process: claim the core(s) of NEURON_RT_VISIBLE_CORES and train until killed."""
-    import torch
-
-    import emulator.xla as xm
-
-    try:
-        device = xm.xla_device()
-        with torch.device("meta"):
-            model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
-        model = model.to(device)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        x = torch.empty(BATCH, WIDTH, device="meta").to(device)
-        print("attached", flush=True)
-        while True:
-            opt.zero_grad(set_to_none=True)
-            model(x).pow(2).mean().backward()
-            xm.optimizer_step(opt)
-    except xm.NeuronRuntimeError as exc:
-        print(f"busy worker: {exc}", file=sys.stderr, flush=True)
-        return 1
-
-
-# -- processes --------------------------------------------------------------------------------------
+# -- the load: a real training job on all 32 NeuronCores -----------------------------------------------
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
-def tail(path: Path, lines: int = 5) -> str:
-    try:
-        text = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return " | ".join(text[-lines:])
+def start_load(run: Run, job: Job) -> None:
+    """Start ``job`` on the daemon, wait until it is past step 1 and print what that took."""
+    print(f"load: {job.command} (a fresh compile cache; runs until the end)")
+    started = run.start_job(job, JOB_STEPS)
+    run.wait_started(started)
+    assert started.attached is not None and started.first_execution is not None
+    _, trace_seconds, compile_seconds = started.traced() or (0, float("nan"), 60.0)
+    run.wait_step(started, 1, timeout=compile_seconds + 120)
+    step1 = started.step_ends()[1] - started.started
+    ranks = started.ranks()
+    rank_rss = rss_bytes(ranks)
+    launcher_rss = rss_bytes([p for p in started.processes() if p not in ranks])
+    print(
+        f"  start-up: {len(ranks)} ranks attached {started.attached:.1f} s after the command (tracing "
+        f"{trace_seconds:.1f} s), first execution {started.first_execution:.1f} s ({compile_seconds:.1f} s "
+        f"simulated compile), step 1 ended at {step1:.1f} s"
+    )
+    print(
+        f"  memory: ranks {rank_rss / MIB:,.0f} MiB RSS in total ({rank_rss / max(1, len(ranks)) / MIB:.1f} MiB "
+        f"each), launcher {launcher_rss / MIB:,.0f} MiB"
+    )
 
 
-def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
-    """SIGTERM the process's own group, then SIGKILL what is left after ``timeout``."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-def cpu_seconds(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            times = proc.cpu_times()
-            total += times.user + times.system
-    return total
-
-
-def process_tree(pids: list[int]) -> list[psutil.Process]:
-    tree: list[psutil.Process] = []
-    for pid in pids:
-        with contextlib.suppress(psutil.Error):
-            proc = psutil.Process(pid)
-            tree += [proc, *proc.children(recursive=True)]
-    return tree
-
-
-@dataclass
-class Busy:
-    cores: int  # cores whose simulated busy time grew over the window
-    utilization: float  # mean over those cores, busy delta / wall delta
-
-
-def core_busy(snapshot: dict) -> dict[str, float]:
-    busy: dict[str, float] = {}
-    for proc in snapshot.get("processes", []):
-        if proc.get("kind") != "runtime":
-            continue
-        for core, counters in (proc.get("cores") or {}).items():
-            busy[core] = busy.get(core, 0.0) + float(counters.get("busy", 0.0))
-    return busy
-
-
-def busy_between(before: dict, after: dict) -> Busy:
-    wall = after["monotonic"] - before["monotonic"]
-    start, end = core_busy(before), core_busy(after)
-    deltas = [end[c] - start[c] for c in end if c in start and end[c] - start[c] > 0]
-    return Busy(len(deltas), statistics.fmean(deltas) / wall if deltas and wall > 0 else 0.0)
-
-
-@dataclass
-class Run:
-    """Everything this benchmark starts; ``close()`` removes it all."""
-
-    tmp: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="nt-scrape-bench-", dir="/tmp")))
-    daemon: subprocess.Popen | None = None
-    workers: list[subprocess.Popen] = field(default_factory=list)
-    peers: list[subprocess.Popen] = field(default_factory=list)
-    client: DaemonClient | None = None
-
-    @property
-    def address(self) -> str:
-        return str(self.tmp / "neuron-emulator.sock")
-
-    def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "LOCAL_RANK", "RANK", "WORLD_SIZE"))}
-        env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-        env["PYTHONUNBUFFERED"] = "1"
-        env["NEURON_EMULATOR_ADDR"] = self.address
-        env["NEURON_COMPILE_CACHE_URL"] = str(self.tmp / "compile-cache")
-        env.update(extra)
-        return env
-
-    def spawn(self, argv: list[str], log: str, *, env: dict[str, str] | None = None, **popen: object):
-        with open(self.tmp / log, "ab") as out:
-            kwargs: dict[str, object] = {"stdout": out, "stderr": out, "stdin": subprocess.DEVNULL}
-            kwargs.update(popen)
-            return subprocess.Popen(argv, env=env or self.env(), start_new_session=True, **kwargs)  # type: ignore[call-overload]
-
-    # daemon
-
-    def start_daemon(self) -> None:
-        argv = [str(BIN / "neuron-emulator"), "up", "--instance-type", INSTANCE_TYPE, "--socket", self.address]
-        self.daemon = self.spawn(argv, "daemon.log")
-        self.client = DaemonClient(parse_address(self.address), timeout=10)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.daemon.poll() is not None:
-                raise BenchError(f"the daemon exited {self.daemon.returncode}: {tail(self.tmp / 'daemon.log')}")
-            with contextlib.suppress(DaemonUnavailable, DaemonError):
-                self.client.get("/status")
-                return
-            time.sleep(0.1)
-        raise BenchError(f"the daemon did not answer within 30 s: {tail(self.tmp / 'daemon.log')}")
-
-    def snapshot(self) -> dict:
-        assert self.client is not None
-        return self.client.get("/snapshot")
-
-    # load
-
-    def start_load(self, procs: int) -> float:
-        """Start ``procs`` workers, a few at a time; returns seconds until every one attached."""
-        t0 = time.monotonic()
-        selector = selectors.DefaultSelector()
-        starting: set[int] = set()
-        deadline = t0 + 60 + 5 * procs
-        try:
-            while len(self.workers) < procs or starting:
-                while len(self.workers) < procs and len(starting) < STARTING_AT_ONCE:
-                    core = len(self.workers)
-                    worker = self.spawn(
-                        [sys.executable, str(Path(__file__).resolve()), WORKER_FLAG],
-                        f"worker-nc{core}.log",
-                        env=self.env(
-                            NEURON_RT_VISIBLE_CORES=str(core),
-                            NEURON_PROCESS_TAG=f"busy-nc{core}",
-                            OMP_NUM_THREADS="1",
-                        ),
-                        stdout=subprocess.PIPE,
-                    )
-                    self.workers.append(worker)
-                    starting.add(core)
-                    assert worker.stdout is not None
-                    selector.register(worker.stdout, selectors.EVENT_READ, core)
-                if time.monotonic() > deadline:
-                    raise BenchError(f"workers did not attach within {deadline - t0:.0f} s")
-                for key, _ in selector.select(timeout=0.2):
-                    core = key.data
-                    line = key.fileobj.readline()  # type: ignore[union-attr]
-                    selector.unregister(key.fileobj)
-                    starting.discard(core)
-                    if not line.startswith(b"attached"):
-                        self.workers[core].wait(timeout=10)
-                        raise BenchError(f"worker for nc{core} failed: {tail(self.tmp / f'worker-nc{core}.log')}")
-        finally:
-            selector.close()
-        return time.monotonic() - t0
-
-    def wait_executing(self, procs: int, timeout: float = 90.0) -> float:
-        """Seconds until every worker finished its first two steps (both compile a graph), so it is in its loop."""
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            runtimes = [p for p in self.snapshot().get("processes", []) if p.get("kind") == "runtime"]
-            done = [p for p in runtimes if (p.get("executions") or {}).get("completed", 0) >= 2]
-            if len(done) >= procs:
-                break
-            time.sleep(0.5)
-        return time.monotonic() - t0
-
-    def load_rss(self) -> int:
-        return sum(p.memory_info().rss for p in process_tree([w.pid for w in self.workers]))
-
-    # cleanup
-
-    def close(self) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not leave processes behind
-            signal.signal(sig, signal.SIG_IGN)
-        for proc in [*self.peers, *self.workers]:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        for proc in [*self.peers, *self.workers]:
-            stop_process(proc)
-            if proc.stdout is not None:
-                proc.stdout.close()
-        if self.daemon is not None:
-            stop_process(self.daemon)
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+def check_load(run: Run) -> None:
+    """Print how many cores are busy and what the load itself costs the host, over two steps (the
+    cores idle in bursts within a step, so a window of whole steps shows the steady share)."""
+    assert run.job is not None
+    step = run.job.step_seconds()
+    seconds = 2 * step if step else 10.0
+    load = [*run.daemon_processes(), *run.job.processes()]
+    before, cpu0 = run.snapshot(), cpu_seconds(load)
+    time.sleep(seconds)
+    after, cpu1 = run.snapshot(), cpu_seconds(load)
+    busy = busy_between(before, after)
+    print(
+        f"  busy cores: {busy.cores} of {CORES} (busy-time delta > 0 over {seconds:.1f} s in /v1/snapshot), "
+        f"mean utilization {100 * busy.utilization:.1f}%; the load (daemon, launcher, ranks) used "
+        f"{100 * (cpu1 - cpu0) / seconds:.1f}% of one core"
+    )
 
 
 # -- peers and scrapes ----------------------------------------------------------------------------
@@ -486,7 +319,7 @@ def ratio(a: float, b: float) -> str:
     return f"{a / b:6.2f}x"
 
 
-def print_results(results: list[Result], scrapes: int, rate: float, procs: int) -> None:
+def print_results(results: list[Result], scrapes: int, rate: float, job: Job) -> None:
     print(f"\n{scrapes} scrapes of /metrics per exporter at {rate:g}/s, loopback, a new connection each, no gzip")
     head = (
         f"{'exporter':<18} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'bytes':>9} {'series':>7} "
@@ -504,7 +337,10 @@ def print_results(results: list[Result], scrapes: int, rate: float, procs: int) 
             f"{r.busy.cores:>3d} {100 * r.busy.utilization:3.0f}% {r.errors:6d}"
         )
     print("  CPU %: exporter process(es), user+system over the window, % of one core")
-    print(f"  daemon %: the emulator daemon in the same window (serves the {procs} workers and the tools' snapshots)")
+    print(
+        f"  daemon %: the emulator daemon in the same window (serves the {CORES} ranks of {job.title} "
+        "and the tools' snapshots)"
+    )
     print("  busy NC: cores with growing simulated busy time during the window, and their mean utilization")
     for r in results:
         if not r.skipped:
@@ -533,31 +369,27 @@ def print_results(results: list[Result], scrapes: int, rate: float, procs: int) 
 # -- main ---------------------------------------------------------------------------------------------
 
 
-def _terminate(signum: int, frame: object) -> None:
-    raise Interrupted
-
-
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--scrapes", type=int, default=200, help="scrapes per exporter (default 200)")
     parser.add_argument("--rate", type=float, default=10.0, help="scrapes per second (default 10)")
-    parser.add_argument("--procs", type=int, default=CORES, help=f"busy NeuronCores, 0-{CORES} (default {CORES})")
-    parser.add_argument(WORKER_FLAG, action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--job",
+        choices=list(JOBS),
+        default=DEFAULT_JOB,
+        help=f"the training job on all 32 cores (default {DEFAULT_JOB})",
+    )
     args = parser.parse_args()
-    if not args.busy_worker:
-        if args.scrapes < 1:
-            parser.error("--scrapes must be at least 1")
-        if not 0 < args.rate <= 1000:
-            parser.error("--rate must be in (0, 1000]")
-        if not 0 <= args.procs <= CORES:
-            parser.error(f"--procs must be 0-{CORES}")
+    if args.scrapes < 1:
+        parser.error("--scrapes must be at least 1")
+    if not 0 < args.rate <= 1000:
+        parser.error("--rate must be in (0, 1000]")
     return args
 
 
 def main() -> int:
     args = parse_args()
-    if args.busy_worker:
-        return busy_worker()
+    job = JOBS[args.job]
     missing = [
         n
         for n in ("neuron-emulator", "neuron-monitor", "neuron-monitor-prometheus", "neuron-exporter")
@@ -578,13 +410,6 @@ def main() -> int:
             f"note: {NODE_EXPORTER} is not installed, so that peer is skipped "
             f"(install it with: apt-get install -y {NODE_EXPORTER})"
         )
-
-    procs = args.procs
-    available = psutil.virtual_memory().available
-    if procs * WORKER_RSS > available * 0.8:
-        fit = int(available * 0.8 // WORKER_RSS)
-        print(f"note: {available / 2**30:.1f} GiB available is too little for {procs} workers; using {fit}")
-        procs = fit
 
     peers = [
         Peer(
@@ -614,8 +439,8 @@ def main() -> int:
             ),
         )
 
-    signal.signal(signal.SIGTERM, _terminate)
-    run = Run()
+    handle_signals()
+    run = Run(prefix="nt-scrape-bench-")
     t_start = time.monotonic()
     results: list[Result] = []
     try:
@@ -624,28 +449,8 @@ def main() -> int:
             f"host: {psutil.cpu_count()} vCPUs, {psutil.virtual_memory().total / 2**30:.1f} GiB RAM; "
             f"emulated {INSTANCE_TYPE} at {run.address}"
         )
-        print(
-            f"load: {procs} processes, one per NeuronCore, each training an {LAYERS}-layer {WIDTH}-wide MLP "
-            f"on meta tensors (batch {BATCH}, fp32, SGD)"
-        )
-        if procs:
-            started = run.start_load(procs)
-            print(f"  start-up: {procs} processes attached in {started:.1f} s ({STARTING_AT_ONCE} starting at a time)")
-            executing = run.wait_executing(procs)
-            print(
-                f"  every worker past its first two steps (graph compiles) {executing:.1f} s later; "
-                f"workers hold {run.load_rss() / 2**30:.1f} GiB RSS"
-            )
-        before = run.snapshot()
-        time.sleep(3)
-        busy = busy_between(before, run.snapshot())
-        load_cpu = cpu_seconds(process_tree([w.pid for w in run.workers]))
-        print(
-            f"  busy cores: {busy.cores} of {CORES} (busy-time delta > 0 over 3 s in /v1/snapshot), "
-            f"mean utilization {100 * busy.utilization:.1f}%"
-        )
-        if run.workers:
-            print(f"  host CPU of the workers so far: {load_cpu:.1f} s (mostly importing torch)")
+        start_load(run, job)
+        check_load(run)
 
         for peer in peers:
             print(f"measuring {peer.name} ...", flush=True)
@@ -658,7 +463,7 @@ def main() -> int:
         return 1
     finally:
         run.close()
-    print_results(results, args.scrapes, args.rate, procs)
+    print_results(results, args.scrapes, args.rate, job)
     print(f"\ntotal run time {time.monotonic() - t_start:.0f} s")
     return 0
 

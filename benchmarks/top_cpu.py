@@ -1,13 +1,17 @@
 """neuron-top's CPU use next to htop's, measured the same way in one run.
 
-    python benchmarks/top_cpu.py [--seconds 60] [--procs 4]
+    python benchmarks/top_cpu.py [--seconds 60] [--job gpt3-6.7b-tp8dp4]
 
-An emulated trn1.32xlarge with ``--procs`` training processes (model-scale workers from
-exporter_scrape.py: real emulated executions, little host CPU). Each viewer runs in its own tmux
-terminal (120x40) refreshing once a second — ``neuron-top --interval 1`` and ``htop -d 10`` — one
-after the other under the same load; its process CPU time (user + system, psutil) over the
-window is printed as a fraction of one core. AWS states 0.7 % for its neuron-top; our target is
-<= 1 %. Prints figures, asserts nothing.
+An emulated trn1.32xlarge running a published Trn1 training job on all 32 NeuronCores through
+``neuron-emulator run`` (emulated_job.py): ``--job gpt3-6.7b-tp8dp4`` (default; ``gpt3-6.7b --tp 8
+--dp 4 --global-batch 64``) or ``bert-large-dp32`` (``bert-large --dp 32 --micro-batch 16
+--global-batch 16384 --seq-len 128``): 32 rank processes, each holding its core, replaying the
+traced step at the modelled pace. The viewers start once the job is past step 1. Each viewer runs
+in its own tmux terminal (120x40) refreshing once a second — ``neuron-top --interval 1`` and
+``htop -d 10`` — one after the other under the same load; its process CPU time (user + system,
+psutil) over the window is printed as a fraction of one core. AWS states 0.7 % for its
+neuron-top; our target is <= 1 %. Prints figures, asserts nothing; stops everything it started,
+also on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -22,7 +26,18 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from exporter_scrape import BIN, Run, busy_between, cpu_seconds
+from emulated_job import (
+    BIN,
+    CORES,
+    JOBS,
+    BenchError,
+    Interrupted,
+    Run,
+    busy_between,
+    cpu_seconds,
+    handle_signals,
+    rss_bytes,
+)
 
 TERMINAL = ("120", "40")
 
@@ -57,18 +72,28 @@ def viewer_cpu(run: Run, name: str, argv: list[str], seconds: float) -> tuple[fl
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="measurement window per viewer (default 60)")
-    parser.add_argument("--procs", type=int, default=4, help="training processes (default 4)")
+    parser.add_argument(
+        "--job",
+        choices=list(JOBS),
+        default="gpt3-6.7b-tp8dp4",
+        help="the training job on all 32 cores (default gpt3-6.7b-tp8dp4)",
+    )
     args = parser.parse_args()
     for tool in ("tmux", "htop"):
         if shutil.which(tool) is None:
             print(f"top_cpu: {tool} is not installed (apt-get install -y {tool})", file=sys.stderr)
             return 1
-    run = Run()
+    job = JOBS[args.job]
+    handle_signals()
+    run = Run(prefix="nt-topbench-")
     try:
         run.start_daemon()
-        started = run.start_load(args.procs)
-        run.wait_executing(args.procs)
-        before = run.snapshot()
+        started = run.start_job(job, 100_000)  # runs until stopped
+        run.wait_started(started)
+        run.wait_step(started, 1, timeout=(started.traced() or (0, 0.0, 60.0))[2] + 120)
+        ranks = started.ranks()
+        load = [*run.daemon_processes(), *started.processes()]
+        before, load0 = run.snapshot(), cpu_seconds(load)
         rows = []
         for name, argv in (
             ("neuron-top", [str(BIN / "neuron-top"), "--interval", "1"]),
@@ -76,10 +101,17 @@ def main() -> int:
         ):
             pct, nprocs = viewer_cpu(run, name, argv, args.seconds)
             rows.append((name, pct, nprocs))
-        busy = busy_between(before, run.snapshot())
+        after, load1 = run.snapshot(), cpu_seconds(load)
+        busy = busy_between(before, after)
         print(
-            f"load: trn1.32xlarge, {args.procs} training processes (attached in {started:.1f} s), "
-            f"{busy.cores} busy NeuronCores, mean utilization {100 * busy.utilization:.1f}%"
+            f"load: trn1.32xlarge, {job.command}: {len(ranks)} rank processes, attached "
+            f"{started.attached:.1f} s after the command, first execution at {started.first_execution:.1f} s; "
+            f"{rss_bytes(ranks) / 2**20:.0f} MiB RSS for the ranks"
+        )
+        print(
+            f"  during the viewers' windows: {busy.cores} of {CORES} NeuronCores busy, mean utilization "
+            f"{100 * busy.utilization:.1f}%; the load (daemon, launcher, ranks) used "
+            f"{100 * (load1 - load0) / (after['monotonic'] - before['monotonic']):.1f}% of one core"
         )
         print(f"window: {args.seconds:.0f} s per viewer, refresh 1 s, terminal {'x'.join(TERMINAL)} (tmux)")
         print(f"{'viewer':<12} {'CPU % of one core':>18} {'processes':>10}")
@@ -87,6 +119,12 @@ def main() -> int:
             print(f"{name:<12} {pct:>17.2f}% {nprocs:>10}")
         top, htop = rows[0][1], rows[1][1]
         print(f"neuron-top / htop: {top / htop:.2f}x   (target: neuron-top <= 1 % of one core; AWS states 0.7 %)")
+    except (KeyboardInterrupt, Interrupted):
+        print("\ninterrupted; cleaning up", file=sys.stderr)
+        return 130
+    except BenchError as exc:
+        print(f"top_cpu: {exc}", file=sys.stderr)
+        return 1
     finally:
         run.close()
     return 0

@@ -364,3 +364,17 @@ def test_batched_executions_count_when_they_start_with_their_link_bytes(daemon) 
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_collective_entry_with_a_count_stands_for_that_many(daemon) -> None:
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        daemon.client.post("/processes", {"pid": sleeper.pid, "command": "sleep 30", "runtime_version": "2.29.14"})
+        now = daemon.client.get("/snapshot")["monotonic"]
+        ring = {"kind": "all_reduce", "bytes": 100, "ranks": 8, "count": 128, "link_bytes": {"neuronlink": 175}}
+        daemon.client.post(f"/processes/{sleeper.pid}/executions", {**_execution(now - 1, 0.1), "collectives": [ring]})
+        (proc,) = [p for p in daemon.client.get("/snapshot")["processes"] if p["pid"] == sleeper.pid]
+        assert proc["collectives"]["neuronlink"] == {"bytes": 175 * 128, "operations": 128}
+    finally:
+        sleeper.kill()
+        sleeper.wait()

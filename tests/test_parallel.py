@@ -174,7 +174,9 @@ def test_replayed_step_reports_exactly_the_traced_graphs(gpt_tp8, tmp_path: Path
         assert body["flops"] == graph.flops
         assert body["device_seconds"] == pytest.approx(t.device_seconds)
         assert body["engines"] == pytest.approx(graph.engines)
-        assert len(body["collectives"]) == len(graph.collectives)
+        # identical collectives are folded into one entry with a count: none is lost
+        assert sum(c["count"] for c in body["collectives"]) == len(graph.collectives)
+        assert len(body["collectives"]) <= 8 or slot.graph.startswith("optimizer")
         assert body["memory"]["core"]["constants"] == gpt_tp8.stages[0].program.memory.weights
     json.dumps(bodies)  # what the daemon receives
 

@@ -56,6 +56,7 @@ class CollectiveBody(BaseModel):
     bytes: int = Field(ge=0)
     ranks: int = Field(ge=1)
     nodes: int = Field(1, ge=1)
+    count: int = Field(1, ge=1, le=1_000_000, description="identical collectives this entry stands for")
     link_bytes: dict[Literal["intra_chip", "neuronlink", "efa"], int] | None = Field(
         None,
         description="bytes this core sent over each link type (from its ring on the topology); without it the "

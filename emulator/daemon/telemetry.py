@@ -88,7 +88,7 @@ class _Report:
     engines: dict[str, float]
     outcome: str
     compile_cache: dict[str, int]
-    collectives: list[dict[str, int]]  # per collective: bytes by link type it used (neuronlink, efa)
+    collectives: list[tuple[int, dict[str, int]]]  # (count, bytes of one by link type: neuronlink, efa)
     core_memory: dict[str, int] | None
     peak: int
     model: dict[str, Any] | None
@@ -239,7 +239,7 @@ class Telemetry:
             engines={e: float(body["engines"].get(e, 0.0)) for e in ENGINES},
             outcome=outcome,
             compile_cache={k: int(body["compile_cache"][k]) for k in ("hits", "misses")},
-            collectives=[_link_bytes(c) for c in body.get("collectives", [])],
+            collectives=[(int(c.get("count") or 1), _link_bytes(c)) for c in body.get("collectives", [])],
             core_memory=_core_memory(memory),
             peak=int(memory.get("peak", 0)) if isinstance(memory.get("peak", 0), int) else 0,
             model=dict(body["model"]) if body.get("model") else None,
@@ -263,10 +263,10 @@ class Telemetry:
         while self._latency_log and self._latency_log[0][1] < end - LATENCY_WINDOW_S:
             self._latency_log.popleft()
         state.compile_cache = dict(ex.compile_cache)
-        for links in ex.collectives:
+        for count, links in ex.collectives:
             for link, nbytes in links.items():
-                state.collectives[link]["bytes"] += nbytes
-                state.collectives[link]["operations"] += 1
+                state.collectives[link]["bytes"] += nbytes * count
+                state.collectives[link]["operations"] += count
         if ex.core_memory is not None:
             state.core_memory[ex.core] = ex.core_memory
             state.peak_memory[ex.core] = ex.peak

@@ -10,6 +10,8 @@ stage's shard holds on each of its cores.
 from __future__ import annotations
 
 import json
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from neurontools.report.schema import ENGINE_KEYS
 
 if TYPE_CHECKING:
-    from emulator.parallel.job import JobPlan
+    from emulator.parallel.job import CollectiveCost, JobPlan
     from emulator.runtime.compile_cache import LoadedModel
 
 JOB_PLAN_ENV = "NEURON_EMULATOR_JOB_PLAN"
@@ -61,6 +63,17 @@ class RankPlan:
         return self.first if first else self.steady
 
 
+def _grouped(costs: Sequence[CollectiveCost]) -> list[dict[str, Any]]:
+    """A graph's collectives with identical ones folded into one entry and a ``count`` (a GPT
+    layer stack repeats the same TP all-reduce a hundred times: one line each would make every
+    replayed step's report, and the daemon's work, a hundred times larger)."""
+    counts = Counter((c.kind, c.nbytes, c.ranks, c.nodes, tuple(sorted(c.link_bytes.items()))) for c in costs)
+    return [
+        {"kind": kind, "bytes": nbytes, "ranks": ranks, "nodes": nodes, "count": n, "link_bytes": dict(links)}
+        for (kind, nbytes, ranks, nodes, links), n in counts.items()
+    ]
+
+
 def plan_document(
     plan: JobPlan, *, steps: int, models: dict[tuple[int, str], LoadedModel], compile_seconds: float
 ) -> dict:
@@ -78,10 +91,7 @@ def plan_document(
                 "flops": graph.flops,
                 "engines": {e: float(graph.engines.get(e, 0.0)) for e in ENGINE_KEYS},
                 "model": {"model_id": m.model_id, "uuid": m.uuid, "name": m.name, "code_bytes": m.code_bytes},
-                "collectives": [
-                    {"kind": c.kind, "bytes": c.nbytes, "ranks": c.ranks, "nodes": c.nodes, "link_bytes": c.link_bytes}
-                    for c in cost.collectives[name]
-                ],
+                "collectives": _grouped(cost.collectives[name]),
             }
         in_flight = plan.timeline.stages[s].max_in_flight
         mem = program.memory

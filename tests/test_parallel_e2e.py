@@ -11,12 +11,22 @@ from pathlib import Path
 import psutil
 import pytest
 
+from emulator.hardware import get_instance_type
+from emulator.parallel.launch import load_models
+from emulator.parallel.runner import JobRequest, plan_request
 from tests.support import BIN, run_tool, tool_env, wait_until
 
 
 def test_gpt3_tp8_dp4_fills_every_core_with_its_shard(daemon_factory, short_tmp: Path) -> None:
     daemon = daemon_factory("trn1.32xlarge")
     env = tool_env(daemon.address, {"NEURON_COMPILE_CACHE_URL": str(short_tmp / "cache")})
+    # the graphs are in the persistent cache already (as neuron_parallel_compile leaves them), so
+    # step 1 needs no simulated compile; the compile wait itself is exercised by the tests below
+    plan = plan_request(
+        JobRequest("gpt3-6.7b", tp=8, dp=4, micro_batch=1, seq_len=2048), get_instance_type("trn1.32xlarge")
+    )
+    assert load_models(plan, env)[1] > 0  # a cold cache: it compiled them
+    assert load_models(plan, env)[1] == 0  # and holds them now
     argv = [str(BIN / "neuron-emulator"), "run", "gpt3-6.7b", "--tp", "8", "--dp", "4", "--steps", "3"]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -58,10 +68,7 @@ def test_gpt3_on_one_core_fails_with_nrt_resource_and_bad_layouts_are_one_line(d
     assert out.returncode == 1
     assert "NRT_RESOURCE" in out.stderr and "Traceback" not in out.stderr
     assert time.monotonic() - started < 60
-    for argv, text in (
-        (["gpt3-6.7b", "--tp", "3"], "--tp 3"),
-        (["gpt3-6.7b", "--tp", "8", "--dp", "8"], "64 ranks"),
-        (["gpt3-6.7b", "--tp", "8", "--global-batch", "5"], "--global-batch 5"),
+    for argv, text in (  # each check of the layout is unit-tested in test_parallel.py; here the CLI's lines
         (["llama2-13b", "--tp", "16"], "heads"),
         (["gpt-tiny", "--tp", "2"], "model-scale"),
         (["bert-large", "--nproc", "2"], "--nproc"),

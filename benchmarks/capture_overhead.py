@@ -1,16 +1,22 @@
 """What capture + cost model add to a training step, measured against plain PyTorch in one run.
 
-    python benchmarks/capture_overhead.py [--steps 20]
+    python benchmarks/capture_overhead.py [--steps 20] [--no-gpt3]
 
 1. gpt-tiny, one training step (forward, backward, AdamW) on the host: plain PyTorch versus the
    same step on the emulated device (every op captured and recorded, HBM ledger, graph hash and
    cost model at the step's end). Neither side sleeps for simulated device time or talks to a
-   daemon: this is the emulator's own overhead. Target: ratio <= 1.15.
-2. gpt3-6.7b (model scale, meta tensors): wall time to capture and cost one step after the first
-   (the first one compiles). Target: <= 1 s. The 16 GiB per-core limit is lifted for this
-   measurement only (the model needs ~107 GB with AdamW state; it does not fit one NeuronCore).
+   daemon: this is the emulator's own overhead. The two kinds of step alternate (plain,
+   emulated, plain, ...) so that a change in the machine's load hits both alike. Target: ratio
+   of the medians <= 1.15.
+2. bert-large (model scale, meta tensors: workload ``bert-large``, batch 16 x seq 128, bf16,
+   AdamW): wall time to trace and cost one step after the first (the first one compiles).
+   Target: <= 0.3 s. Peer: the same step in plain PyTorch on ``meta`` (no emulator; PyTorch's
+   meta kernels run for every op).
+3. gpt3-6.7b (model scale, meta tensors): the same, target <= 1 s. The 16 GiB per-core limit is
+   lifted for the model-scale measurements (gpt3-6.7b needs ~107 GB with AdamW state).
 
-Prints figures; asserts nothing. Medians over ``--steps`` steps after warm-up.
+Prints figures; asserts nothing. Medians over ``--steps`` steps (model scale: a fifth of them, at
+least 3) after warm-up; thread CPU time is printed beside wall time (the machine may be shared).
 """
 
 from __future__ import annotations
@@ -32,16 +38,23 @@ from emulator.runtime.memory import MemoryLedger
 from emulator.workloads import get_workload
 from emulator.workloads.tasks import TaskOptions
 
+Sample = tuple[float, float]  # (wall seconds, thread CPU seconds)
 
-def timed(step: Callable[[], None], steps: int, warmup: int = 3) -> list[float]:
+
+def timed_once(step: Callable[[], None]) -> Sample:
+    w0, c0 = time.perf_counter(), time.thread_time()
+    step()
+    return time.perf_counter() - w0, time.thread_time() - c0
+
+
+def timed(step: Callable[[], None], steps: int, warmup: int = 3) -> list[Sample]:
     for _ in range(warmup):
         step()
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    return times
+    return [timed_once(step) for _ in range(steps)]
+
+
+def median(samples: list[Sample], which: int = 0) -> float:
+    return statistics.median(s[which] for s in samples)
 
 
 class CaptureOnly:
@@ -55,14 +68,17 @@ class CaptureOnly:
         self.costs: dict[str, object] = {}
         self.digests: dict[tuple, str] = {}
         self.options = CostOptions()
+        self.meta_mode = False
 
     def __enter__(self) -> CaptureOnly:
         dt.hooks.on_op, dt.hooks.on_alloc = self.recorder.on_op, self.ledger.on_alloc
+        dt.hooks.meta_mode = self.meta_mode
         _push_mode(dt.DeviceMode())
         return self
 
     def __exit__(self, *exc: object) -> None:
         _pop_mode()
+        self.meta_mode = dt.hooks.meta_mode
         dt.hooks.on_op = dt.hooks.on_alloc = None
         dt.hooks.meta_mode = False
 
@@ -90,48 +106,71 @@ def gpt_tiny_ratio(steps: int) -> None:
     task = spec.build(options)
     batch = next(task.batches)
     opt = torch.optim.AdamW(task.model.parameters(), lr=1e-3)
-    plain = timed(lambda: train_step(task.model, opt, batch), steps)
 
-    with CaptureOnly(capacity=16 * 2**30) as dev:
-        task = spec.build(options)
-        model = task.model.to(dt.DEVICE)
-        dbatch = tuple(t.to(dt.DEVICE) for t in next(task.batches))
+    dev = CaptureOnly(capacity=16 * 2**30)
+    with dev:
+        dtask = spec.build(options)
+        model = dtask.model.to(dt.DEVICE)
+        dbatch = tuple(t.to(dt.DEVICE) for t in next(dtask.batches))
         dopt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
-        def step() -> None:
+    def plain_step() -> None:
+        train_step(task.model, opt, batch)
+
+    def emulated_step() -> None:
+        with dev:
             train_step(model, dopt, dbatch)
             dev.end_step()
 
-        emulated = timed(step, steps)
-    p, e = statistics.median(plain), statistics.median(emulated)
-    print("gpt-tiny training step (batch 16 x seq 128, fp32, AdamW), host wall time, median")
-    print(f"  plain PyTorch            {p * 1e3:8.1f} ms")
-    print(f"  capture + cost model     {e * 1e3:8.1f} ms")
-    print(f"  ratio                    {e / p:8.3f}x   (target <= 1.15x)")
+    for _ in range(3):
+        plain_step()
+        emulated_step()
+    plain: list[Sample] = []
+    emulated: list[Sample] = []
+    for _ in range(steps):
+        plain.append(timed_once(plain_step))
+        emulated.append(timed_once(emulated_step))
+    p, e = median(plain), median(emulated)
+    pc, ec = median(plain, 1), median(emulated, 1)
+    print("gpt-tiny training step (batch 16 x seq 128, fp32, AdamW), host time, median of alternating steps")
+    print(f"  plain PyTorch            {p * 1e3:8.1f} ms wall  {pc * 1e3:8.1f} ms thread CPU")
+    print(f"  capture + cost model     {e * 1e3:8.1f} ms wall  {ec * 1e3:8.1f} ms thread CPU")
+    print(f"  ratio                    {e / p:8.3f}x          (target <= 1.15x)")
 
 
-def gpt3_step_time(steps: int) -> None:
-    spec = get_workload("gpt3-6.7b")
-    options = TaskOptions(batch_size=1, seq_len=2048)
-    with CaptureOnly(capacity=2**50) as dev:
-        task = spec.build(options)
+def plain_meta_step_time(name: str, options: TaskOptions, steps: int) -> float:
+    """The step in plain PyTorch on ``meta`` (every meta kernel runs; no emulator)."""
+    task = get_workload(name).build(options)
+    model = task.model.to(torch.bfloat16)
+    batch = next(task.batches)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    return median(timed(lambda: train_step(model, opt, batch), steps, warmup=1))
+
+
+def model_scale_step_time(name: str, options: TaskOptions, steps: int, target: float, peer: bool) -> None:
+    dev = CaptureOnly(capacity=2**50)
+    with dev:
+        task = get_workload(name).build(options)
         model = task.model.to(torch.bfloat16).to(dt.DEVICE)
         batch = tuple(t.to(dt.DEVICE) for t in next(task.batches))
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        t0 = time.perf_counter()
-        train_step(model, opt, batch)
-        dev.end_step()
-        first = time.perf_counter() - t0
 
         def step() -> None:
             train_step(model, opt, batch)
             dev.end_step()
 
+        first = timed_once(step)[0]
         later = timed(step, steps, warmup=1)
     graph = next(iter(dev.costs.values()))
-    print("gpt3-6.7b training step (meta, batch 1 x seq 2048, bf16, AdamW), host wall time")
+    shape = f"batch {options.batch_size} x seq {options.seq_len}"
+    print(f"{name} training step (meta, {shape}, bf16, AdamW), host time")
     print(f"  first step (new graphs)  {first:8.3f} s")
-    print(f"  later steps, median      {statistics.median(later):8.3f} s   (target <= 1 s)")
+    print(
+        f"  later steps, median      {median(later):8.3f} s wall  {median(later, 1):8.3f} s thread CPU"
+        f"   (target <= {target:g} s)"
+    )
+    if peer:
+        print(f"  plain PyTorch on meta    {plain_meta_step_time(name, options, max(1, steps // 2)):8.3f} s wall")
     print(f"  ops per step             {graph.op_count:8d}")
     print(f"  simulated device time    {graph.device_seconds:8.3f} s per step on one NeuronCore")
 
@@ -139,11 +178,16 @@ def gpt3_step_time(steps: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--no-gpt3", action="store_true", help="skip the gpt3-6.7b measurement")
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
+    model_steps = max(3, args.steps // 5)
     gpt_tiny_ratio(args.steps)
     print()
-    gpt3_step_time(max(3, args.steps // 5))
+    model_scale_step_time("bert-large", TaskOptions(batch_size=16, seq_len=128), model_steps, 0.3, peer=True)
+    if not args.no_gpt3:
+        print()
+        model_scale_step_time("gpt3-6.7b", TaskOptions(batch_size=1, seq_len=2048), model_steps, 1.0, peer=False)
 
 
 if __name__ == "__main__":

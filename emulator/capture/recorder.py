@@ -2,11 +2,17 @@
 
 Backward ops run on autograd's worker thread, forward ops on the caller's: both append here.
 FLOPs come from PyTorch's own formulas (``torch.utils.flop_counter.flop_registry``).
+
+Two ways in, one result. :meth:`Recorder.on_op` is the general hook (any caller, any op): it
+reads the shapes and dtypes of the op's tensors and counts its FLOPs. The device layer
+(:mod:`emulator.capture.tensor`) knows when the hook is a :class:`Recorder`'s and then hands it a
+ready :data:`RawOp` through ``Recorder.record`` instead, built by :func:`raw_op` from the
+op's flat tensor lists (or taken from its per-signature cache on a model-scale workload).
+Both give the same records; ``tests/test_capture.py`` holds them to it.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import torch
@@ -53,6 +59,66 @@ def count_flops(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
         return 0
 
 
+# -- FLOPs, once per distinct call -------------------------------------------------------------
+# PyTorch's formulas (those registered without ``get_raw``) see only the shapes of the tensors and
+# the other argument values, so the count of a call is a function of (op, tensor shapes/dtypes,
+# other arguments): it is computed the first time such a call is seen and looked up afterwards.
+_FLOPS: dict[tuple, int] = {}
+_FLOPS_LIMIT = 100_000  # distinct calls kept (a bound, in case of ever-new arguments)
+
+
+class _Unkeyable(Exception):
+    pass
+
+
+def _plain_key(values: Any) -> Any:
+    """The non-tensor structure of ATen arguments as a hashable value (tensors -> None)."""
+    if isinstance(values, torch.Tensor):
+        return None
+    cls = type(values)
+    if cls is list or cls is tuple:
+        return (cls, tuple(_plain_key(v) for v in values))
+    if cls is dict:
+        return tuple((k, _plain_key(v)) for k, v in values.items())
+    if cls in (int, float, bool, complex):
+        return (cls, values)
+    if values is None or cls in (str, torch.dtype, torch.device, torch.layout, torch.memory_format):
+        return values
+    raise _Unkeyable
+
+
+def _shape_only(formula: Any) -> bool:
+    # shape-based formulas are wrapped by flop_counter.shape_wrapper (functools.wraps)
+    return getattr(formula, "__wrapped__", None) is not None
+
+
+def flops_of(func: Any, formula: Any, ins: tuple, outs: tuple, args: Any, kwargs: dict, out: Any) -> int:
+    """``count_flops`` for an op that has a formula, cached per (op, signature, other arguments)."""
+    if not _shape_only(formula):
+        return count_flops(func, args, kwargs, out)
+    try:
+        key = (func, ins, outs, _plain_key(args), _plain_key(kwargs))
+        hash(key)
+    except (_Unkeyable, TypeError):
+        return count_flops(func, args, kwargs, out)
+    flops = _FLOPS.get(key)
+    if flops is None:
+        flops = count_flops(func, args, kwargs, out)
+        if len(_FLOPS) >= _FLOPS_LIMIT:
+            _FLOPS.clear()
+        _FLOPS[key] = flops
+    return flops
+
+
+def raw_op(name: str, func: Any, formula: Any, ins: list, outs: list, args: Any, kwargs: dict, out: Any) -> RawOp:
+    """The record of one op from its flat tensor lists (arguments in order, results in order):
+    what :meth:`Recorder.on_op` computes, without walking the arguments again."""
+    in_sig = tuple([(t.shape, t.dtype) for t in ins])
+    out_sig = tuple([(t.shape, t.dtype) for t in outs])
+    flops = 0 if formula is None else flops_of(func, formula, in_sig, out_sig, args, kwargs, out)
+    return (name, in_sig, out_sig, flops)
+
+
 def _meta(sig: tuple) -> tuple[TensorMeta, ...]:
     metas = []
     for shape, dtype in sig:
@@ -78,23 +144,30 @@ class CapturedGraph:
 
 
 class Recorder:
+    """The ops of the current step graph. Lock-free under the GIL: ops are appended with
+    ``list.append`` (atomic) and :meth:`take_graph` removes exactly the ops it copied, so an op
+    appended meanwhile by another thread stays for the next graph."""
+
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._ops: list[RawOp] = []
+        self.record = self._ops.append  # the device layer's fast path: append a ready RawOp
 
     def on_op(self, name: str, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         ins = _sig(args, [])
         if kwargs:
             _sig(kwargs, ins)
-        raw = (name, tuple(ins), tuple(_sig(out, [])), count_flops(func, args, kwargs, out))
-        with self._lock:
-            self._ops.append(raw)
+        in_sig, out_sig = tuple(ins), tuple(_sig(out, []))
+        formula = flop_registry.get(func._overloadpacket) if hasattr(func, "_overloadpacket") else None
+        flops = 0 if formula is None else flops_of(func, formula, in_sig, out_sig, args, kwargs, out)
+        self._ops.append((name, in_sig, out_sig, flops))
 
     def take_graph(self) -> CapturedGraph:
         """The ops recorded since the last call (the step graph), and start a new one."""
-        with self._lock:
-            ops, self._ops = self._ops, []
-        return CapturedGraph(ops)
+        ops = self._ops
+        n = len(ops)
+        graph = ops[:n]
+        del ops[:n]
+        return CapturedGraph(graph)
 
     def take(self) -> list[OpRecord]:
         return self.take_graph().ops()

@@ -212,8 +212,8 @@ class DeviceRuntime:
     def _produced_non_finite(self) -> bool:
         """NaN/Inf in the floating-point values the device holds (real-math work only)."""
         for wrapper in self.ledger.live_wrappers():
-            inner = device_tensor.unwrap(wrapper)
-            if inner.is_meta or not inner.is_floating_point() or inner.numel() == 0:
+            inner = device_tensor.made_inner(wrapper)  # None: a lazy meta tensor, no values
+            if inner is None or inner.is_meta or not inner.is_floating_point() or inner.numel() == 0:
                 continue
             if not bool(torch.isfinite(inner).all()):
                 return True

@@ -29,6 +29,15 @@ from emulator.runtime.errors import NeuronRuntimeError
 NRT_RESOURCE_STATUS = 4
 
 
+def _storage_key(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata  # type: ignore[attr-defined]
+
+
+# The address of a tensor's StorageImpl: the identity of its storage. torch._C._storage_id gives
+# it without making a Python storage object (a few microseconds each, on every device tensor).
+_storage_id = getattr(torch._C, "_storage_id", _storage_key)
+
+
 def format_bytes(n: float) -> str:
     """The runtime's log format: ``172.000MB``, ``15.855GB``, ``1.062KB`` (binary multiples)."""
     for unit, size in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
@@ -59,7 +68,43 @@ class CoreUsage:
         }
 
 
+class _Lease:
+    """A storage's bytes on the ledger, held by every device tensor of that storage (as an
+    attribute): when the last of them is collected, the lease goes and gives the bytes back.
+    ``key`` (the storage's address) is None while the storage is not made yet (a meta tensor
+    the device layer creates lazily, see :meth:`MemoryLedger.on_alloc_lazy`)."""
+
+    __slots__ = ("__weakref__", "key", "nbytes", "pending", "registry")
+
+    def __init__(self, key: int | None, nbytes: int, pending: list, registry: dict) -> None:
+        self.key = key
+        self.nbytes = nbytes
+        self.pending = pending
+        self.registry = registry
+
+    def bind(self, key: int) -> None:
+        """The storage now exists at ``key``: tensors made on it find this lease."""
+        self.key = key
+        self.registry[key] = weakref.ref(self)
+
+    def __del__(self) -> None:
+        # No lock here (this runs wherever the last tensor happens to go, a garbage collection
+        # inside a locked section included): list.append is atomic, the ledger settles it later.
+        self.pending.append((self.key, self.nbytes))
+
+    def __copy__(self) -> _Lease:  # a copied tensor (copy.deepcopy of its __dict__) shares it
+        return self
+
+    def __deepcopy__(self, memo: dict) -> _Lease:
+        return self
+
+
 class MemoryLedger:
+    """Device bytes of one core. Per device tensor: one attribute (its storage's lease) and one
+    weak reference, no lock and no callback; per storage: a lease, made under the lock, and
+    its release queued when the lease goes — settled (under the lock) before the next
+    allocation is checked against the capacity and before any reading."""
+
     def __init__(
         self,
         *,
@@ -76,11 +121,16 @@ class MemoryLedger:
         self.capacity = capacity
         self.runtime_memory = runtime_memory
         self.code_overhead = code_overhead
-        # re-entrant: a garbage collection inside a locked section may run _release finalizers
         self._lock = threading.RLock()
-        self._storages: dict[int, list[int]] = {}  # storage key -> [nbytes, live wrappers]
-        self._refs: dict[int, weakref.ref] = {}  # id(wrapper) -> weak reference (live wrappers)
-        self._allocated = 0
+        # storage key -> weak reference to its lease (live storages); a device tensor holds its
+        # storage's lease under the attribute ``self._attr``
+        self._leases: dict[int, weakref.ref[_Lease]] = {}
+        self._attr = f"_ledger_lease_{id(self)}"
+        self._freed: list[tuple[int | None, int]] = []  # (storage key, bytes) of leases gone, unsettled
+        # weak references to the device tensors, for live_wrappers(); dead ones pruned now and then
+        self._wrappers: list[weakref.ref] = []
+        self._prune_at = 1024
+        self._allocated_bytes = 0  # as of the last settling
         self.model_code = 0  # NEFF code of loaded models
         self.peak = 0
 
@@ -88,34 +138,91 @@ class MemoryLedger:
     def fixed_bytes(self) -> int:
         return self.model_code + self.code_overhead + self.runtime_memory
 
-    def on_alloc(self, wrapper: torch.Tensor) -> None:
-        storage = wrapper._inner.untyped_storage()  # type: ignore[attr-defined]
-        key = storage._cdata
+    @property
+    def _allocated(self) -> int:
+        """Bytes of the live storages."""
         with self._lock:
-            entry = self._storages.get(key)
-            if entry is None:
-                nbytes = storage.nbytes()
-                used = self._allocated + self.code_overhead + self.model_code + self.runtime_memory
-                if used + nbytes > self.capacity:
-                    raise self._out_of_memory(nbytes, "tensors")
-                entry = self._storages[key] = [nbytes, 0]
-                self._allocated += nbytes
-                if used + nbytes > self.peak:
-                    self.peak = used + nbytes
-            entry[1] += 1
-            wid = id(wrapper)
-            self._refs[wid] = weakref.ref(wrapper, lambda _, k=key, w=wid: self._release(k, w))
+            self._settle()
+            return self._allocated_bytes
 
-    def _release(self, key: int, wid: int) -> None:
+    def on_alloc(self, wrapper: torch.Tensor) -> None:
+        inner = wrapper._inner  # type: ignore[attr-defined]
+        key = _storage_id(inner)
+        ref = self._leases.get(key)
+        lease = None if ref is None else ref()
+        if lease is None:  # a storage new to the ledger (or to be counted again)
+            lease = self._new_lease(key, inner.untyped_storage().nbytes())
+        # _hold, inline (this runs for every device tensor)
+        setattr(wrapper, self._attr, lease)
+        wrappers = self._wrappers
+        wrappers.append(weakref.ref(wrapper))
+        if len(wrappers) >= self._prune_at:
+            self._prune()
+
+    def on_alloc_lazy(self, wrapper: torch.Tensor, nbytes: int, base: torch.Tensor | None) -> _Lease | None:
+        """:meth:`on_alloc` for a device tensor whose inner (meta) tensor is not made yet: a new
+        storage of ``nbytes`` (``base`` None; the lease is returned, to be bound to the storage's
+        address when it is made) or a view of device tensor ``base``'s storage."""
+        if base is None:
+            lease = self._new_lease(None, nbytes)
+        else:
+            lease = getattr(base, self._attr, None)
+            if lease is None:  # a base this ledger has not seen: look its storage up
+                self.on_alloc(wrapper)
+                return None
+        self._hold(wrapper, lease)
+        return lease
+
+    # the device layer calls on_alloc_lazy instead where it can (see emulator.capture.tensor)
+    on_alloc.lazy_variant = "on_alloc_lazy"  # type: ignore[attr-defined]
+
+    def _new_lease(self, key: int | None, nbytes: int) -> _Lease:
         with self._lock:
-            self._refs.pop(wid, None)
-            entry = self._storages.get(key)
-            if entry is None:
-                return
-            entry[1] -= 1
-            if entry[1] <= 0:
-                del self._storages[key]
-                self._allocated -= entry[0]
+            if key is not None:  # (another thread may have been first)
+                ref = self._leases.get(key)
+                lease = ref() if ref is not None else None
+                if lease is not None:
+                    return lease
+            if self._freed:
+                self._settle()
+            used = self._allocated_bytes + self.code_overhead + self.model_code + self.runtime_memory
+            if used + nbytes > self.capacity:
+                raise self._out_of_memory(nbytes, "tensors")
+            lease = _Lease(key, nbytes, self._freed, self._leases)
+            if key is not None:
+                self._leases[key] = weakref.ref(lease)
+            self._allocated_bytes += nbytes
+            if used + nbytes > self.peak:
+                self.peak = used + nbytes
+            return lease
+
+    def _hold(self, wrapper: torch.Tensor, lease: _Lease) -> None:
+        # No lock needed: the lease is held (by the caller, then by the tensor), list.append is
+        # atomic, and _prune() only rewrites the part of the list that existed when it started.
+        setattr(wrapper, self._attr, lease)
+        wrappers = self._wrappers
+        wrappers.append(weakref.ref(wrapper))
+        if len(wrappers) >= self._prune_at:
+            self._prune()
+
+    def _settle(self) -> None:
+        """Give back the bytes of the leases gone (with the lock held)."""
+        freed, leases = self._freed, self._leases
+        while freed:
+            key, nbytes = freed.pop()
+            self._allocated_bytes -= nbytes
+            if key is not None:
+                ref = leases.get(key)
+                if ref is not None and ref() is None:  # not a newer storage at that address
+                    del leases[key]
+
+    def _prune(self) -> None:
+        with self._lock:
+            wrappers = self._wrappers
+            n = len(wrappers)
+            live = [r for r in wrappers[:n] if r() is not None]
+            wrappers[:n] = live
+            self._prune_at = max(1024, 2 * len(live))
 
     def load_code(self, nbytes: int) -> None:
         """Reserve a loaded model's code; fails like a tensor allocation when the core is full."""
@@ -129,13 +236,14 @@ class MemoryLedger:
     # -- reading -----------------------------------------------------------------------------
     def usage(self) -> CoreUsage:
         with self._lock:
-            wrappers = [w for w in (r() for r in list(self._refs.values())) if w is not None]
-            param_keys = {
-                w._inner.untyped_storage()._cdata  # type: ignore[attr-defined]
-                for w in wrappers
-                if getattr(w, "_is_param", False) or isinstance(w, torch.nn.Parameter)
+            attr = self._attr
+            param_leases = {  # a storage's bytes once, however many parameters view it
+                id(lease): lease.nbytes
+                for w in self.live_wrappers()
+                if (getattr(w, "_is_param", False) or isinstance(w, torch.nn.Parameter))
+                and (lease := getattr(w, attr, None)) is not None
             }
-            constants = sum(self._storages.get(k, (0, 0))[0] for k in param_keys)
+            constants = sum(param_leases.values())
             return CoreUsage(
                 constants=constants,
                 model_code=self.model_code + self.code_overhead,
@@ -145,8 +253,7 @@ class MemoryLedger:
             )
 
     def live_wrappers(self) -> list[torch.Tensor]:
-        with self._lock:
-            refs = list(self._refs.values())
+        refs = self._wrappers[:]
         return [w for w in (r() for r in refs) if w is not None]
 
     def _out_of_memory(self, nbytes: int, usage: str) -> NeuronRuntimeError:

@@ -532,6 +532,128 @@ def test_only_changed_lines_are_repainted(monkeypatch: pytest.MonkeyPatch) -> No
     asyncio.run(scenario())
 
 
+class GrowingDaemon(FakeDaemon):
+    """A FakeDaemon whose processes' tensors can grow (``grow``: pid -> extra bytes per core)."""
+
+    def __init__(self, instance_type: str, apps: Sequence[FakeApp]) -> None:
+        super().__init__(instance_type, apps)
+        self.grow: dict[int, int] = {}
+
+    def snapshot(self) -> dict[str, Any]:
+        snap = super().snapshot()
+        for proc in snap["processes"]:
+            for usage in proc["memory"]["cores"].values():
+                usage["tensors"] += self.grow.get(proc["pid"], 0)
+        return snap
+
+
+def test_a_32_process_job_is_redone_only_where_it_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPT3-6.7B TP8xDP4 on a trn1.32xlarge is 32 processes, one core and its loaded models each,
+    whose counters change every second and whose memory rarely does. A refresh parses, maps and
+    builds again only the memory that changed (snapshot -> report -> sample -> memory tree), and
+    asks only the sections whose figures changed for new lines (the CPU target rests on this:
+    benchmarks/top_cpu.py measured 6 % of a core when all of it was redone every second)."""
+    from collections import Counter
+
+    from neurontools.report import groups
+    from neurontools.report import snapshot as snapshot_module
+    from neurontools.top import memory_tree, report_reader
+
+    calls: Counter[str] = Counter()
+
+    def count(module: Any, name: str) -> None:
+        original = getattr(module, name)
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counting)
+
+    count(snapshot_module, "_loaded_model")  # a loaded model parsed from the snapshot
+    count(groups, "memory_parts")  # a process's memory_used group built for the report
+    count(report_reader, "_memory")  # a memory_used group mapped into the sample
+    count(memory_tree, "_core_node")  # a core's subtree of the Memory Usage Details tree
+
+    apps = [
+        FakeApp(9000 + core, f"gpt3-6.7b-rank{core}", "python -m replay", (core,), {core: 0.92}, {core: 4e13})
+        for core in range(32)
+    ]
+    daemon = GrowingDaemon("trn1.32xlarge", apps)
+    sampler = Sampler(DaemonSource(daemon, 1.0, VERSION), VERSION)
+
+    async def scenario() -> None:
+        feed = QueueFeed()
+        app = NeuronTopApp(feed, 0.02)
+        async with app.run_test(size=(120, 40)) as pilot:
+
+            async def push() -> None:
+                expected = app.samples_applied + 1
+                feed.queue.put(sampler.next())
+                await until(pilot, lambda: app.samples_applied >= expected)
+                await pilot.pause()
+
+            for _ in range(3):
+                await push()
+            assert len(app.sample.apps) == 32 and calls["_loaded_model"] == 32  # parsed once, at the start
+            panels = list(app.query(TextPanel))
+            made = {panel.id: panel.lines_made for panel in panels}
+            calls.clear()
+            await push()  # the counters moved on, the memory did not
+            assert calls == Counter()
+            assert {panel.id for panel in panels if panel.lines_made != made[panel.id]} == {"grid", "core-bar"}
+            daemon.grow[9005] = 64 * MB  # one process allocates: only its part is done again
+            await push()
+            assert calls == Counter({"memory_parts": 1, "_memory": 1, "_core_node": 1})
+            assert app.tree.nodes == build_tree(app.sample, None)  # the reused subtrees are the right ones
+            grown = next(node for node in app.tree.nodes[2].children if node.label == "NC 1")
+            assert grown.device_bytes == sum(_core_memory(5).values()) + 64 * MB
+
+    asyncio.run(scenario())
+
+
+def test_history_view_keeps_what_rings_kept() -> None:
+    """The histories (one shared frame per sample) read as per-(tab, core) rings of the last 60
+    values would: a history starts at its core's first known value, gaps stay, a process that
+    leaves takes its histories with it and starts afresh when its PID comes back."""
+    from neurontools.top.history import UtilizationHistory
+    from neurontools.top.model import AppSample, CoreStat
+
+    def sample(step: int, pids: Sequence[int]) -> Sample:
+        apps = tuple(
+            AppSample(
+                pid=pid,
+                tag=str(pid),
+                cores=(pid % 4,),
+                core_stats={pid % 4: CoreStat(utilization=float(step % 7 + pid) if step > pid else None, flops=0.0)},
+            )
+            for pid in pids
+        )
+        return Sample(tools_version=VERSION, device_count=2, cores_per_device=2, apps=apps)
+
+    rings: dict[tuple[int | None, int], list[float | None]] = {}
+    history = UtilizationHistory(length=5)
+    recorded = []
+    for step in range(30):
+        if step in (9, 10, 20):  # the source was unreachable
+            view = history.record_gap()
+            for ring in rings.values():
+                ring.append(None)
+        else:
+            pids = [1, 2] if step < 12 or step > 16 else [2, 3]  # 1 leaves for a while, 3 comes and goes
+            current = sample(step, pids)
+            for pid in [None, *pids]:
+                for core, value in enumerate(core_values(current, pid, 4)):
+                    if (pid, core) in rings or value.utilization is not None:
+                        rings.setdefault((pid, core), []).append(value.utilization)
+            rings = {key: ring for key, ring in rings.items() if key[0] in (None, *pids)}
+            view = history.record(current)
+        recorded.append((view, {key: tuple(ring[-5:]) for key, ring in rings.items()}))
+    for step, (view, expected) in enumerate(recorded):  # also after later samples: a view never changes
+        assert dict(view) == expected, step
+        assert all(view.get(key) == values for key, values in expected.items())
+
+
 def test_wide_labels_keep_columns_aligned() -> None:
     """A core at 100 % ("[100.00%]") and a process using more than one vCPU ("[173.68%, ...]")
     take room from their bars: every row keeps its width and the columns stay in place."""

@@ -41,7 +41,7 @@ from neurontools.report.schema import (
     SYSTEM_GROUPS,
     VCPU_USAGE,
 )
-from neurontools.report.snapshot import ProcessSnapshot, Snapshot
+from neurontools.report.snapshot import LoadedModel, ProcessMemory, ProcessSnapshot, Snapshot
 
 if TYPE_CHECKING:
     from neurontools.inventory import HardwareInfo, InstanceIdentity
@@ -50,11 +50,18 @@ if TYPE_CHECKING:
 Report = dict[str, Any]
 
 
-def app_group(group: str, base: Snapshot | None, cur: Snapshot, proc: ProcessSnapshot) -> g.Group | None:
-    """One application-level group of ``proc``; None when it cannot be computed yet."""
+def app_group(
+    group: str,
+    base: Snapshot | None,
+    cur: Snapshot,
+    proc: ProcessSnapshot,
+    memory: g.MemoryParts | None = None,
+) -> g.Group | None:
+    """One application-level group of ``proc``; None when it cannot be computed yet. ``memory``:
+    ``memory_used``'s parts when the caller has them already."""
     seconds = g.elapsed(base, cur)
     if group == MEMORY_USED:
-        return g.memory_used(proc, seconds)
+        return g.memory_used(proc, seconds, memory)
     if base is None:
         return None
     before = base.process(proc.pid)
@@ -91,6 +98,9 @@ class ReportBuilder:
         self._system: dict[str, g.Group] = {}
         self._app: dict[int, dict[str, g.Group]] = {}  # pid -> group -> output
         self._runtimes: list[tuple[int, str]] = []  # (pid, tag) of the listed processes
+        # pid -> (memory, loaded models, memory_used parts made of them): they rarely change (a
+        # SnapshotParser then hands the same objects back), so the parts are made again only then
+        self._memory: dict[int, tuple[ProcessMemory, tuple[LoadedModel, ...], g.MemoryParts]] = {}
         self._instance: InstanceIdentity | None = None
         self._hardware: HardwareInfo | None = None
         self._hardware_error = ""
@@ -122,6 +132,7 @@ class ReportBuilder:
                 watched.append((proc, entry))
         live = {proc.pid for proc, _ in watched}
         self._app = {pid: outputs for pid, outputs in self._app.items() if pid in live}
+        self._memory = {pid: known for pid, known in self._memory.items() if pid in live}
 
         for key in self._due(due):
             runtime, group = key
@@ -137,7 +148,8 @@ class ReportBuilder:
                     if entry != runtime:
                         continue
                     outputs = self._app.setdefault(proc.pid, {})
-                    out = app_group(group, base, cur, proc)
+                    memory = self._memory_parts(proc) if group == MEMORY_USED else None
+                    out = app_group(group, base, cur, proc, memory)
                     if out is None:
                         outputs.pop(group, None)
                     else:
@@ -147,6 +159,14 @@ class ReportBuilder:
         self._runtimes = [(proc.pid, proc.tag) for proc, _ in watched]
         self._instance, self._hardware, self._hardware_error = cur.instance, cur.hardware, ""
         return self.report()
+
+    def _memory_parts(self, proc: ProcessSnapshot) -> g.MemoryParts:
+        known = self._memory.get(proc.pid)
+        if known is not None and known[0] == proc.memory and known[1] == proc.loaded_models:
+            return known[2]
+        parts = g.memory_parts(proc)
+        self._memory[proc.pid] = (proc.memory, proc.loaded_models, parts)
+        return parts
 
     def update_unavailable(self, error: str, due: Collection[GroupKey] | None = None) -> Report:
         """The daemon could not be read at a wake-up: report ``error`` where the data would be."""

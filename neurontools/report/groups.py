@@ -159,8 +159,12 @@ def _loaded_model(model: LoadedModel) -> dict[str, Any]:
     }
 
 
-def memory_used(cur: ProcessSnapshot, seconds: float) -> Group:
-    """Current memory of the process (gauges): totals are the sums of their categories."""
+# ``memory_used`` without its period: (neuron_runtime_used_bytes, loaded_models)
+MemoryParts = tuple[dict[str, Any], list[dict[str, Any]]]
+
+
+def memory_parts(cur: ProcessSnapshot) -> MemoryParts:
+    """What ``memory_used`` reports of ``cur``: totals are the sums of their categories."""
     mem = cur.memory
     per_core = {
         str(core): {k: getattr(usage, k) for k in CORE_MEMORY_KEYS} for core, usage in sorted(mem.cores.items())
@@ -173,9 +177,14 @@ def memory_used(cur: ProcessSnapshot, seconds: float) -> Group:
             "neuroncore_memory_usage": per_core,
         },
     }
-    return _envelope(
-        seconds, {"neuron_runtime_used_bytes": used, "loaded_models": [_loaded_model(m) for m in cur.loaded_models]}
-    )
+    return used, [_loaded_model(m) for m in cur.loaded_models]
+
+
+def memory_used(cur: ProcessSnapshot, seconds: float, parts: MemoryParts | None = None) -> Group:
+    """Current memory of the process (gauges). ``parts``: ``memory_parts(cur)`` when the caller
+    has it already (the report builder keeps it while the memory does not change)."""
+    used, models = parts if parts is not None else memory_parts(cur)
+    return _envelope(seconds, {"neuron_runtime_used_bytes": used, "loaded_models": models})
 
 
 def runtime_vcpu_usage(prev: ProcessSnapshot | None, cur: ProcessSnapshot, seconds: float) -> Group | None:

@@ -11,9 +11,10 @@ Integer fields also accept integral floats (``12.0``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from neurontools.inventory import PROCESS_KINDS, RUNTIME, HardwareInfo, InstanceIdentity
 from neurontools.report.schema import (
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from neurontools.sources.daemon_client import DaemonClient
 
 SNAPSHOT_PATH = "/snapshot"
+T = TypeVar("T")
 
 
 class SnapshotError(ValueError):
@@ -74,6 +76,8 @@ def _get(data: Mapping[str, Any], key: str, where: str, default: Any = _MISSING)
 
 
 def _obj(value: Any, where: str) -> Mapping[str, Any]:
+    if type(value) is dict:  # what JSON gives: skip the slower ABC check
+        return value
     if not isinstance(value, Mapping):
         raise _fail(where, "an object", value)
     return value
@@ -98,12 +102,17 @@ def _bool(value: Any, where: str) -> bool:
 
 
 def _num(value: Any, where: str) -> float:
+    kind = type(value)
+    if kind is float or kind is int:
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _fail(where, "a number", value)
     return float(value)
 
 
 def _int(value: Any, where: str) -> int:
+    if type(value) is int:
+        return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _fail(where, "an integer", value)
     if isinstance(value, float):
@@ -114,6 +123,9 @@ def _int(value: Any, where: str) -> int:
 
 
 def _ints(data: Mapping[str, Any], keys: tuple[str, ...], where: str) -> dict[str, int]:
+    values = {k: data.get(k) for k in keys}
+    if all(type(v) is int for v in values.values()):  # the usual case; the checks below name what is wrong
+        return values  # type: ignore[return-value]
     return {k: _int(_get(data, k, where), f"{where}.{k}") for k in keys}
 
 
@@ -330,10 +342,15 @@ class Snapshot:
     latency_log: tuple[tuple[int, Latency], ...] = ()
 
     def process(self, pid: int) -> ProcessSnapshot | None:
+        return self._by_pid.get(pid)
+
+    @cached_property
+    def _by_pid(self) -> dict[int, ProcessSnapshot]:
+        """Each PID's first process (made once, on first use: consumers look up every process)."""
+        by_pid: dict[int, ProcessSnapshot] = {}
         for proc in self.processes:
-            if proc.pid == pid:
-                return proc
-        return None
+            by_pid.setdefault(proc.pid, proc)
+        return by_pid
 
     @property
     def runtime_processes(self) -> tuple[ProcessSnapshot, ...]:
@@ -422,7 +439,39 @@ def _collective(data: Mapping[str, Any], key: str, where: str) -> CollectiveCoun
     )
 
 
-def process_from_dict(value: Any, where: str = "snapshot.processes[0]") -> ProcessSnapshot:
+class SectionMemo:
+    """What parsing one snapshot may take over from the previous one (see ``SnapshotParser``):
+    per (pid, section) the section's JSON and what it parsed to."""
+
+    def __init__(self, previous: SectionMemo | None = None) -> None:
+        self._previous = previous._kept if previous is not None else {}
+        self._kept: dict[tuple[int, str], tuple[Any, Any]] = {}
+
+    def section(self, pid: int, name: str, raw: Any, parse: Callable[[], T]) -> T:
+        """``parse()``, or the previous snapshot's result when its JSON was equal."""
+        known = self._previous.get((pid, name))
+        result = known[1] if known is not None and known[0] == raw else parse()
+        self._kept[(pid, name)] = (raw, result)
+        return result
+
+
+def _memory(value: Any, where: str) -> ProcessMemory:
+    memory = _obj(value, where)
+    return ProcessMemory(
+        host=_host_usage(_get(memory, "host", where), f"{where}.host"),
+        cores=_keyed_by_core(
+            _get(memory, "cores", where),
+            f"{where}.cores",
+            lambda v, w: CoreMemoryUsage(**_ints(_obj(v, w), CORE_MEMORY_KEYS, w)),
+        ),
+    )
+
+
+def process_from_dict(
+    value: Any, where: str = "snapshot.processes[0]", *, memo: SectionMemo | None = None
+) -> ProcessSnapshot:
+    """One process of a snapshot; with ``memo``, its memory and loaded models may be the previous
+    snapshot's (``SnapshotParser``)."""
     data = _obj(value, where)
     kind = _str(_get(data, "kind", where), f"{where}.kind")
     if kind not in PROCESS_KINDS:
@@ -447,15 +496,23 @@ def process_from_dict(value: Any, where: str = "snapshot.processes[0]") -> Proce
             user=_num(_get(cpu_data, "user", f"{where}.cpu"), f"{where}.cpu.user"),
             system=_num(_get(cpu_data, "system", f"{where}.cpu"), f"{where}.cpu.system"),
         )
-    mwhere = f"{where}.memory"
-    memory = _obj(_get(data, "memory", where), mwhere)
+    mwhere, memory = f"{where}.memory", _get(data, "memory", where)
     cc_where = f"{where}.compile_cache"
     compile_cache = _obj(_get(data, "compile_cache", where, {}), cc_where)
     col_where = f"{where}.collectives"
     collectives = _obj(_get(data, "collectives", where, {}), col_where)
     latencies = _arr(_get(data, "latencies", where), f"{where}.latencies")
-    models = _arr(_get(data, "loaded_models", where), f"{where}.loaded_models")
+    lwhere = f"{where}.loaded_models"
+    models = _arr(_get(data, "loaded_models", where), lwhere)
     ewhere, rwhere = f"{where}.executions", f"{where}.errors"
+
+    def parse_memory() -> ProcessMemory:
+        return _memory(memory, mwhere)
+
+    def parse_models() -> tuple[LoadedModel, ...]:
+        return tuple(_loaded_model(m, f"{lwhere}[{i}]") for i, m in enumerate(models))
+
+    pid = common["pid"]
     return ProcessSnapshot(
         **common,
         cpu=cpu,
@@ -474,15 +531,9 @@ def process_from_dict(value: Any, where: str = "snapshot.processes[0]") -> Proce
             neuronlink=_collective(collectives, "neuronlink", col_where),
             efa=_collective(collectives, "efa", col_where),
         ),
-        memory=ProcessMemory(
-            host=_host_usage(_get(memory, "host", mwhere), f"{mwhere}.host"),
-            cores=_keyed_by_core(
-                _get(memory, "cores", mwhere),
-                f"{mwhere}.cores",
-                lambda v, w: CoreMemoryUsage(**_ints(_obj(v, w), CORE_MEMORY_KEYS, w)),
-            ),
-        ),
-        loaded_models=tuple(_loaded_model(m, f"{where}.loaded_models[{i}]") for i, m in enumerate(models)),
+        # memory and models change rarely (the rest of a process every second): parsed only when they did
+        memory=memo.section(pid, "memory", memory, parse_memory) if memo is not None else parse_memory(),
+        loaded_models=memo.section(pid, "loaded_models", models, parse_models) if memo is not None else parse_models(),
     )
 
 
@@ -511,8 +562,9 @@ def _device_counters(value: Any, where: str) -> DeviceCounters:
     return DeviceCounters(**_ints(data, ("neuron_device_index", *HW_COUNTER_KEYS), where))
 
 
-def snapshot_from_dict(data: Any) -> Snapshot:
-    """Parse and validate one ``/v1/snapshot`` answer; raises ``SnapshotError`` naming the bad key."""
+def snapshot_from_dict(data: Any, *, memo: SectionMemo | None = None) -> Snapshot:
+    """Parse and validate one ``/v1/snapshot`` answer; raises ``SnapshotError`` naming the bad key.
+    ``memo``: see ``SnapshotParser``."""
     where = "snapshot"
     root = _obj(data, where)
     iwhere, hwhere = f"{where}.instance", f"{where}.hardware"
@@ -529,7 +581,7 @@ def snapshot_from_dict(data: Any) -> Snapshot:
         monotonic=_num(_get(root, "monotonic", where), f"{where}.monotonic"),
         instance=InstanceIdentity(**{k: _str(_get(instance, k, iwhere), f"{iwhere}.{k}") for k in INSTANCE_INFO_KEYS}),
         hardware=HardwareInfo(**hw_values),
-        processes=tuple(process_from_dict(p, f"{where}.processes[{i}]") for i, p in enumerate(processes)),
+        processes=tuple(process_from_dict(p, f"{where}.processes[{i}]", memo=memo) for i, p in enumerate(processes)),
         host=_host(_get(root, "host", where), f"{where}.host"),
         hardware_counters=tuple(_device_counters(c, f"{where}.hardware_counters[{i}]") for i, c in enumerate(counters)),
         retired=None if root.get("retired") is None else process_from_dict(root["retired"], f"{where}.retired"),
@@ -549,13 +601,37 @@ def _logged_latency(value: Any, where: str) -> tuple[int, Latency]:
     return _int(items[0], f"{where}[0]"), _latency(items[1:], where)
 
 
-def fetch_snapshot(client: DaemonClient, latencies_since: float | None = None) -> Snapshot:
+class SnapshotParser:
+    """``snapshot_from_dict`` for successive snapshots of one daemon, reusing what did not change.
+
+    A process's memory and loaded models (most of its JSON: nested objects) change when tensors
+    are allocated or a model is loaded, while its counters change every second: they are parsed
+    again only when their JSON differs from the previous snapshot's (comparing is several times
+    cheaper than parsing), else the previous objects are used, so consumers can tell "unchanged"
+    by identity. Validation is the same: equal JSON parsed without error before.
+    """
+
+    def __init__(self) -> None:
+        self._memo: SectionMemo | None = None
+
+    def parse(self, data: Any) -> Snapshot:
+        memo = SectionMemo(self._memo)  # keeps only this snapshot's processes: exited ones are forgotten
+        snapshot = snapshot_from_dict(data, memo=memo)
+        self._memo = memo
+        return snapshot
+
+
+def fetch_snapshot(
+    client: DaemonClient, latencies_since: float | None = None, parser: SnapshotParser | None = None
+) -> Snapshot:
     """One snapshot from the daemon (``GET /v1/snapshot``).
 
     ``latencies_since`` (daemon monotonic seconds, e.g. ``ReportBuilder.latencies_since()``) asks
     for the latency lists of executions that ended later only; without it they cover the daemon's
     whole window (ten minutes), which is most of a busy snapshot's size.
+    ``parser`` (one per daemon) reuses what did not change since its previous snapshot.
     Raises ``DaemonUnavailable`` / ``DaemonError`` from the client and ``SnapshotError`` for a malformed answer.
     """
     path = SNAPSHOT_PATH if latencies_since is None else f"{SNAPSHOT_PATH}?latencies_since={latencies_since!r}"
-    return snapshot_from_dict(client.get(path))
+    data = client.get(path)
+    return parser.parse(data) if parser is not None else snapshot_from_dict(data)

@@ -3,6 +3,10 @@
 Parent rows show the sum of their children. A model node holds what the model allocated at load
 time (its subgraphs on that core); what belongs to a core but to no model (tensors created while
 training, the shared scratchpad, ...) is shown as category rows directly under the core.
+
+A ``TreeCache`` keeps the core subtrees of the previous build and reuses those whose inputs (the
+core's memory and its models) are equal: a training job's memory mostly stays put from one second
+to the next, and a trn1.32xlarge has 32 cores of models and categories to rebuild otherwise.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from dataclasses import dataclass
 
 from neurontools.top.formats import core_label, device_label
 from neurontools.top.model import ModelMemory, Sample
-from neurontools.top.view import core_memory, selected
+from neurontools.top.view import cores_memory, selected
 
 # Category leaves: (label, device key, host key or None when the category has no host part)
 CATEGORIES: tuple[tuple[str, str, str | None], ...] = (
@@ -77,12 +81,14 @@ def _sum(values: list[int | None]) -> int | None:
     return sum(v for v in values if v is not None and v != NO_HOST)
 
 
-def _core_node(sample: Sample, pid: int | None, core: int, local: int, prefix: str) -> TreeNode:
-    key = f"{prefix}/nc{local}"
-    usage = core_memory(sample, pid, core)
-    apps = selected(sample, pid)
-    models = [(app.pid, m) for app in apps for m in app.models if m.core == core]
-    model_nodes = [_model_node(key, p if len(apps) > 1 else None, m) for p, m in models]
+# What a core's subtree is made of: its memory by category (None: unknown) and its models, each
+# with the PID its key carries (None when a single application is selected)
+CoreInputs = tuple[dict[str, int] | None, tuple[tuple[int | None, ModelMemory], ...]]
+
+
+def _core_node(key: str, local: int, inputs: CoreInputs) -> TreeNode:
+    usage, models = inputs
+    model_nodes = [_model_node(key, p, m) for p, m in models]
     rest = None
     if usage is not None:
         rest = {k: max(v - sum(m.device.get(k, 0) for _, m in models), 0) for k, v in usage.items()}
@@ -96,23 +102,57 @@ def _core_node(sample: Sample, pid: int | None, core: int, local: int, prefix: s
     )
 
 
-def build_tree(sample: Sample, pid: int | None) -> tuple[TreeNode, ...]:
-    """One node per Neuron device of the instance, for the selected tab."""
-    per = sample.cores_per_device or 0
+class TreeCache:
+    """The previous ``build_tree`` result and its core subtrees with their inputs."""
+
+    def __init__(self) -> None:
+        self.cores: dict[str, tuple[CoreInputs, TreeNode]] = {}
+        self.tree: tuple[TreeNode, ...] | None = None
+
+
+def build_tree(sample: Sample, pid: int | None, cache: TreeCache | None = None) -> tuple[TreeNode, ...]:
+    """One node per Neuron device of the instance, for the selected tab. With ``cache``, the
+    subtrees of cores whose inputs did not change are the previous ones, and so is the whole tree
+    (the same tuple) when nothing changed."""
+    per, count = sample.cores_per_device or 0, (sample.device_count or 0) * (sample.cores_per_device or 0)
+    usage = cores_memory(sample, pid, count)
+    apps = selected(sample, pid)
+    models: dict[int, list[tuple[int | None, ModelMemory]]] = {}
+    for app in apps:
+        for model in app.models:
+            models.setdefault(model.core, []).append((app.pid if len(apps) > 1 else None, model))
+    known = cache.cores if cache is not None else {}
+    made: dict[str, tuple[CoreInputs, TreeNode]] = {}
+    rebuilt = False
     devices = []
     for device in range(sample.device_count or 0):
         key = f"nd{device}"
-        cores = tuple(_core_node(sample, pid, device * per + local, local, key) for local in range(per))
+        cores = []
+        for local in range(per):
+            core_key, core = f"{key}/nc{local}", device * per + local
+            inputs: CoreInputs = (usage[core], tuple(models.get(core, ())))
+            previous = known.get(core_key)
+            if previous is not None and previous[0] == inputs:
+                node = previous[1]
+            else:
+                node, rebuilt = _core_node(core_key, local, inputs), True
+            made[core_key] = (inputs, node)
+            cores.append(node)
         devices.append(
             TreeNode(
                 key,
                 device_label(device),
                 _sum([c.device_bytes for c in cores]),
                 _sum([c.host_bytes for c in cores]),
-                children=cores,
+                children=tuple(cores),
             )
         )
-    return tuple(devices)
+    if cache is None:
+        return tuple(devices)
+    if rebuilt or cache.tree is None or made.keys() != known.keys():  # else: the same cores, the same tree
+        cache.tree = tuple(devices)
+    cache.cores = made
+    return cache.tree
 
 
 def default_expanded(node: TreeNode) -> bool:

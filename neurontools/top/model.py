@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from neurontools.report.schema import CORE_MEMORY_KEYS, ENGINE_KEYS, HOST_MEMORY_KEYS
 
@@ -98,10 +99,15 @@ class Sample:
         return self.device_count * self.cores_per_device
 
     def app(self, pid: int) -> AppSample | None:
+        return self._apps_by_pid.get(pid)
+
+    @cached_property
+    def _apps_by_pid(self) -> dict[int, AppSample]:
+        """Each PID's first application (a sample never changes: made once, on first use)."""
+        by_pid: dict[int, AppSample] = {}
         for app in self.apps:
-            if app.pid == pid:
-                return app
-        return None
+            by_pid.setdefault(app.pid, app)
+        return by_pid
 
     def unreachable(self, error: str) -> Sample:
         """This sample's layout (instance, devices, tabs) with every value unknown and ``error``."""

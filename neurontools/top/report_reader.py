@@ -27,16 +27,22 @@ FINISHED_EXECUTIONS = ("completed", "completed_with_err", "completed_with_num_er
 
 
 def _obj(value: Any) -> Mapping[str, Any] | None:
-    return value if isinstance(value, Mapping) else None
+    # (what JSON and the report builder give is a dict: skip the slower ABC check for those)
+    return value if type(value) is dict or isinstance(value, Mapping) else None
 
 
 def _num(value: Any) -> float | None:
+    kind = type(value)
+    if kind is float or kind is int:
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
 
 
 def _int(value: Any) -> int | None:
+    if type(value) is int:
+        return value
     number = _num(value)
     return int(number) if number is not None and number.is_integer() else None
 
@@ -113,10 +119,12 @@ def _models(group: Mapping[str, Any], cores_per_device: int | None) -> tuple[Mod
     return tuple(models)
 
 
-def _memory(app: dict[str, Any], group: Mapping[str, Any] | None, cores_per_device: int | None) -> None:
+def _memory(group: Mapping[str, Any] | None, cores_per_device: int | None) -> dict[str, Any]:
+    """The ``AppSample`` fields of a ``memory_used`` group."""
+    app: dict[str, Any] = {}
     used = _obj(group.get("neuron_runtime_used_bytes")) if group is not None else None
     if group is None or used is None:
-        return
+        return app
     app["host_total"] = _int(used.get("host"))
     app["device_total"] = _int(used.get("neuron_device"))
     app["host_memory"] = _ints(_path(used, "usage_breakdown", "host"), HOST_MEMORY_KEYS)
@@ -129,6 +137,27 @@ def _memory(app: dict[str, Any], group: Mapping[str, Any] | None, cores_per_devi
                 cores[core] = usage
         app["core_memory"] = dict(sorted(cores.items()))
     app["models"] = _models(group, cores_per_device)
+    return app
+
+
+# pid -> ((cores per device, neuron_runtime_used_bytes, loaded_models) of a memory_used group, its fields)
+MemoryMemo = dict[int, tuple[tuple[Any, Any, Any], dict[str, Any]]]
+
+
+def _memory_of(
+    pid: int, group: Mapping[str, Any] | None, cores_per_device: int | None, reuse: MemoryMemo | None
+) -> dict[str, Any]:
+    """``_memory``, or the previous report's result for ``pid`` when its group holds the same."""
+    if reuse is None:
+        return _memory(group, cores_per_device)
+    key = (cores_per_device, group.get("neuron_runtime_used_bytes"), group.get("loaded_models")) if group else None
+    known = reuse.get(pid)
+    if key is not None and known is not None and known[0] == key:
+        return known[1]
+    fields = _memory(group, cores_per_device)
+    if key is not None:
+        reuse[pid] = (key, fields)
+    return fields
 
 
 def _steps_per_second(group: Mapping[str, Any] | None) -> float | None:
@@ -146,8 +175,14 @@ def _cpu_pair(usage: Any) -> tuple[float, float] | None:
     return (user, system) if user is not None and system is not None else None
 
 
-def app_from_entry(entry: Any, cores_per_device: int | None) -> AppSample | None:
-    """One ``neuron_runtime_data`` entry; None when it has no usable pid."""
+def app_from_entry(
+    entry: Any,
+    cores_per_device: int | None,
+    memo: MemoryMemo | None = None,
+    extras: Mapping[int, Mapping[str, Any]] | None = None,
+) -> AppSample | None:
+    """One ``neuron_runtime_data`` entry; None when it has no usable pid. ``memo``: see
+    ``ReportReader``; ``extras``: per PID, fields that override what the report says."""
     pid = _int(_path(entry, "pid"))
     if pid is None:
         return None
@@ -163,14 +198,22 @@ def app_from_entry(entry: Any, cores_per_device: int | None) -> AppSample | None
         "vcpu": _cpu_pair(vcpu.get("vcpu_usage")) if vcpu is not None else None,
         "steps_per_second": _steps_per_second(_group(groups, EXECUTION_STATS)),
     }
-    _memory(app, memory, cores_per_device)
+    app.update(_memory_of(pid, memory, cores_per_device, memo))
     if app["core_stats"] is not None or app.get("core_memory") is not None:
         app["cores"] = tuple(sorted(set(app["core_stats"] or ()) | set(app.get("core_memory") or ())))
+    if extras is not None and pid in extras:
+        app.update(extras[pid])
     return AppSample(**app)
 
 
-def sample_from_report(report: Mapping[str, Any], tools_version: str) -> Sample:
-    """The figures of one report; ``engines`` and ``history`` are left for the sampler."""
+def sample_from_report(
+    report: Mapping[str, Any],
+    tools_version: str,
+    memo: MemoryMemo | None = None,
+    extras: Mapping[int, Mapping[str, Any]] | None = None,
+) -> Sample:
+    """The figures of one report; ``engines`` and ``history`` are left for the sampler.
+    ``memo``: see ``ReportReader``; ``extras``: see ``app_from_entry``."""
     hardware = _obj(report.get("neuron_hardware_info")) or {}
     instance = _obj(report.get("instance_info")) or {}
     hw_ok = not hardware.get("error") and bool(_int(hardware.get("neuron_device_count")))
@@ -182,7 +225,8 @@ def sample_from_report(report: Mapping[str, Any], tools_version: str) -> Sample:
     cores_per_device = _int(hardware.get("neuroncore_per_device_count")) if hw_ok else None
     vcpu = _group(_obj(report.get("system_data")), VCPU_USAGE)
     runtimes = report.get("neuron_runtime_data")
-    apps = [app_from_entry(e, cores_per_device) for e in (runtimes if isinstance(runtimes, list) else [])]
+    entries = runtimes if isinstance(runtimes, list) else []
+    apps = [app_from_entry(e, cores_per_device, memo, extras) for e in entries]
     return Sample(
         tools_version=tools_version,
         instance_id=text(instance, "instance_id"),
@@ -194,3 +238,24 @@ def sample_from_report(report: Mapping[str, Any], tools_version: str) -> Sample:
         system_vcpu=_cpu_pair(vcpu.get("average_usage")) if vcpu is not None else None,
         apps=tuple(a for a in apps if a is not None),
     )
+
+
+class ReportReader:
+    """``sample_from_report`` for successive reports of one source, reusing what did not change.
+
+    A process's ``memory_used`` group (its loaded models above all) is most of what an entry
+    holds and rarely changes from one report to the next, while its counters change every time:
+    it is mapped again only when it differs from the previous report's (comparing the parsed JSON
+    is several times cheaper than mapping it). Processes that left the report are forgotten.
+    """
+
+    def __init__(self, tools_version: str) -> None:
+        self.tools_version = tools_version
+        self._memory: MemoryMemo = {}
+
+    def read(self, report: Mapping[str, Any], extras: Mapping[int, Mapping[str, Any]] | None = None) -> Sample:
+        """The sample of ``report``; ``extras``: see ``app_from_entry``."""
+        sample = sample_from_report(report, self.tools_version, self._memory, extras)
+        live = {app.pid for app in sample.apps}
+        self._memory = {pid: known for pid, known in self._memory.items() if pid in live}
+        return sample

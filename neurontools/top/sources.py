@@ -8,17 +8,18 @@ snapshot knows (``snapshot_extras``). Sources are used from one worker thread an
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from typing import Any, Protocol
 
 from neurontools.exporter.collector import monitor_config
 from neurontools.report.builder import ReportBuilder
-from neurontools.report.snapshot import Snapshot, SnapshotError, fetch_snapshot
+from neurontools.report.snapshot import Snapshot, SnapshotError, SnapshotParser, fetch_snapshot
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
 from neurontools.sources.report_stream import ReportStream, StreamEnded
 from neurontools.sources.tool_session import ToolSession
 from neurontools.top.model import Sample
-from neurontools.top.report_reader import sample_from_report
-from neurontools.top.snapshot_extras import add_snapshot_extras
+from neurontools.top.report_reader import ReportReader
+from neurontools.top.snapshot_extras import engine_percents, process_fields
 
 STREAM_POLL = 0.2  # seconds a stream read waits before giving the worker a chance to stop
 
@@ -50,6 +51,8 @@ class DaemonSource:
         self.client = client
         self.tools_version = tools_version
         self.builder = ReportBuilder(monitor_config(interval))
+        self.reader = ReportReader(tools_version)
+        self.parser = SnapshotParser()
         self.session = ToolSession(client, command)
         self.address = str(getattr(client, "address", "")) or "the daemon address"
         self._prev: Snapshot | None = None
@@ -57,7 +60,7 @@ class DaemonSource:
 
     def read(self) -> Sample:
         try:
-            cur = fetch_snapshot(self.client, self.builder.latencies_since())
+            cur = fetch_snapshot(self.client, self.builder.latencies_since(), self.parser)
         except DaemonUnavailable as exc:
             self._check_registration = True
             raise SourceUnavailable(f"daemon unreachable at {exc.address}; retrying ({exc.reason})") from None
@@ -66,8 +69,8 @@ class DaemonSource:
             raise SourceUnavailable(f"unexpected answer from the daemon at {self.address}: {exc}; retrying") from None
         if self._check_registration:
             self._register()
-        sample = sample_from_report(self.builder.update(cur), self.tools_version)
-        sample = add_snapshot_extras(sample, self._prev, cur)
+        sample = self.reader.read(self.builder.update(cur), process_fields(cur))
+        sample = replace(sample, engines=engine_percents(self._prev, cur))
         self._prev = cur
         return sample
 
@@ -88,13 +91,14 @@ class StreamSource:
     def __init__(self, stream: ReportStream, tools_version: str) -> None:
         self.stream = stream
         self.tools_version = tools_version
+        self.reader = ReportReader(tools_version)
 
     def read(self) -> Sample | None:
         try:
             report = self.stream.next_report(STREAM_POLL)
         except StreamEnded:
             raise SourceEnded(f"end of neuron-monitor input on {self.stream.name}; showing the last report") from None
-        return sample_from_report(report, self.tools_version) if report is not None else None
+        return self.reader.read(report) if report is not None else None
 
     def close(self) -> None:
         pass

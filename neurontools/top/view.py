@@ -1,6 +1,8 @@
 """The figures of one tab (all applications, or one), computed from a ``Sample`` (pure functions).
 
-Cheap enough for the UI thread: switching tabs needs no new data. Rules, in the spirit of
+Cheap enough for the UI thread: switching tabs needs no new data, and each function goes once
+through the selected applications and the cores they own (not cores x applications: a
+trn1.32xlarge job is 32 processes on 32 cores). Rules, in the spirit of
 neuron-top's ``all`` tab: a NeuronCore's value is the sum over the selected applications that own
 it; a core no selected application owns is idle (0); a core owned by an application whose
 counters are not known yet is ``None`` (``NA``), and so is any total that includes it.
@@ -8,7 +10,7 @@ counters are not known yet is ``None`` (``NA``), and so is any total that includ
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from neurontools.report.schema import CORE_MEMORY_KEYS
@@ -52,32 +54,38 @@ def selected(sample: Sample, pid: int | None) -> tuple[AppSample, ...]:
     return (app,) if app is not None else ()
 
 
-def _owns(app: AppSample, core: int) -> bool | None:
-    """Whether ``app`` owns ``core``; None when its cores are not known."""
-    if app.cores is not None:
-        return core in app.cores
-    if app.core_stats is not None:
-        return core in app.core_stats
-    return None
+def _owned(app: AppSample, count: int) -> Collection[int] | None:
+    """The cores among the first ``count`` that ``app`` owns; None when its cores are not known."""
+    cores = app.cores if app.cores is not None else app.core_stats
+    if cores is None:
+        return None
+    return {core for core in cores if 0 <= core < count}
+
+
+def core_utilizations(sample: Sample, pid: int | None, count: int) -> tuple[list[float | None], list[float | None]]:
+    """(utilization, FLOP/s) of each of the first ``count`` cores: the sum over the selected
+    applications that own it (utilization capped at 100); None when one of them has no figure for
+    it, or when one of them does not say which cores it owns."""
+    if not sample.live:
+        return [None] * count, [None] * count
+    util: list[float | None] = [0.0] * count
+    flops: list[float | None] = [0.0] * count
+    for app in selected(sample, pid):
+        owned = _owned(app, count)
+        if owned is None:  # it may own any core: nothing is known
+            return [None] * count, [None] * count
+        stats = app.core_stats
+        for core in owned:
+            stat = stats.get(core) if stats is not None else None
+            u, f = util[core], flops[core]
+            util[core] = u + stat.utilization if u is not None and stat and stat.utilization is not None else None
+            flops[core] = f + stat.flops if f is not None and stat and stat.flops is not None else None
+    return [min(u, 100.0) if u is not None else None for u in util], flops
 
 
 def core_values(sample: Sample, pid: int | None, count: int) -> list[CoreValue]:
-    if not sample.live:
-        return [CoreValue(None, None)] * count
-    apps = selected(sample, pid)
-    values = []
-    for core in range(count):
-        util: float | None = 0.0
-        flops: float | None = 0.0
-        for app in apps:
-            owns = _owns(app, core)
-            if owns is False:
-                continue
-            stat = app.core_stats.get(core) if app.core_stats is not None and owns else None
-            util = util + stat.utilization if util is not None and stat and stat.utilization is not None else None
-            flops = flops + stat.flops if flops is not None and stat and stat.flops is not None else None
-        values.append(CoreValue(min(util, 100.0) if util is not None else None, flops))
-    return values
+    util, flops = core_utilizations(sample, pid, count)
+    return [CoreValue(u, f) for u, f in zip(util, flops, strict=True)]
 
 
 def _sum(values: Iterable[float | None]) -> float | None:
@@ -134,27 +142,38 @@ def device_memory(sample: Sample, pid: int | None) -> list[tuple[str, int | None
     return row
 
 
-def core_memory(sample: Sample, pid: int | None, core: int) -> dict[str, int] | None:
-    """Device memory on ``core`` by category, summed over the selected applications."""
+def cores_memory(sample: Sample, pid: int | None, count: int) -> list[dict[str, int] | None]:
+    """Device memory on each of the first ``count`` cores by category, summed over the selected
+    applications; None for a core that one of them may own without saying how much it holds."""
     if not sample.live:
-        return None
-    usage = dict.fromkeys(CORE_MEMORY_KEYS, 0)
+        return [None] * count
+    usage: list[dict[str, int] | None] = [dict.fromkeys(CORE_MEMORY_KEYS, 0) for _ in range(count)]
     for app in selected(sample, pid):
         if app.core_memory is None:
-            if _owns(app, core) is False:
-                continue
-            return None
-        for key, value in app.core_memory.get(core, {}).items():
-            usage[key] += value
+            owned = _owned(app, count)
+            for core in owned if owned is not None else range(count):
+                usage[core] = None
+            continue
+        for core, values in app.core_memory.items():
+            total = usage[core] if 0 <= core < count else None
+            if total is not None:
+                for key, value in values.items():
+                    total[key] += value
     return usage
+
+
+def core_memory(sample: Sample, pid: int | None, core: int) -> dict[str, int] | None:
+    """Device memory on ``core`` by category, summed over the selected applications."""
+    return cores_memory(sample, pid, core + 1)[core] if core >= 0 else None
 
 
 def hbm_used(sample: Sample, pid: int | None) -> list[int | None]:
     """Device memory used on each Neuron device by the selected applications."""
     devices, per = sample.device_count or 0, sample.cores_per_device or 0
+    usage = cores_memory(sample, pid, devices * per)
     used: list[int | None] = []
     for device in range(devices):
-        cores = [core_memory(sample, pid, device * per + local) for local in range(per)]
+        cores = usage[device * per : (device + 1) * per]
         used.append(None if any(c is None for c in cores) else sum(sum(c.values()) for c in cores))  # type: ignore[union-attr]
     return used
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 
 from neurontools.top.view import tabs
@@ -10,6 +12,10 @@ from neurontools.top.widgets.panel import TextPanel
 
 
 class AppTabs(TextPanel):
+    def key(self) -> Any:
+        apps = self.sample.apps if self.sample is not None else None
+        return (self.state.pid, tuple((app.pid, app.tag) for app in apps) if apps is not None else None)
+
     def lines(self, width: int) -> list[Text]:
         line = Text("Neuron Apps ", "bold")
         if self.sample is None:

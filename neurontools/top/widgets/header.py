@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 
 from neurontools.top.formats import NA
@@ -20,6 +22,9 @@ def core_version(sample: Sample) -> str:
 
 
 class TitleBar(TextPanel):
+    def key(self) -> Any:
+        return title_text(self.sample) if self.sample is not None else "neuron-top"
+
     def lines(self, width: int) -> list[Text]:
         text = title_text(self.sample) if self.sample is not None else "neuron-top"
         line = Text(text.ljust(width), TITLE)
@@ -29,6 +34,9 @@ class TitleBar(TextPanel):
 
 class Banner(TextPanel):
     """The source's problem (daemon unreachable, end of input); hidden when there is none."""
+
+    def key(self) -> Any:
+        return ("error", self.sample.error if self.sample is not None else None)
 
     def lines(self, width: int) -> list[Text]:
         error = self.sample.error if self.sample is not None else None
@@ -54,6 +62,9 @@ class SectionBar(TextPanel):
     def __init__(self, text: str, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.text = text
+
+    def key(self) -> Any:
+        return self.text
 
     def set_text(self, text: str) -> None:
         if text != self.text:

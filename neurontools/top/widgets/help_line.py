@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 
 from neurontools.top.widgets.panel import TextPanel
@@ -25,6 +27,9 @@ SHORT_SCREEN = 30
 
 
 class HelpLine(TextPanel):
+    def key(self) -> Any:
+        return self.screen_height
+
     def lines(self, width: int) -> list[Text]:
         lines = [Text()]
         for key, action in KEYS:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 
 from neurontools.top.formats import fmt_bytes
@@ -27,6 +29,11 @@ def _row(label: str, items: list[tuple[str, int | None]], width: int) -> list[Te
 
 
 class MemorySummary(TextPanel):
+    def key(self) -> Any:
+        if self.sample is None:
+            return ()
+        return (host_memory(self.sample, self.state.pid), device_memory(self.sample, self.state.pid))
+
     def lines(self, width: int) -> list[Text]:
         if self.sample is None:
             return []

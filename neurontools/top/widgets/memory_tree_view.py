@@ -3,15 +3,27 @@
 Keys (through the app): up/down move the selection, right expands, left collapses (or goes to the
 parent), Enter toggles, ``x`` expands or collapses everything. Expansion and selection follow
 node keys, so they survive refreshes and tab switches. Only the rows that fit are drawn; the
-window scrolls to keep the selection visible.
+window scrolls to keep the selection visible. The tree is rebuilt only where the memory changed
+(``TreeCache``), and its rows only when the tree or the expansion did.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 
 from neurontools.top.formats import fmt_bytes
-from neurontools.top.memory_tree import NO_HOST, Row, TreeNode, all_keys, build_tree, parent_key, visible_rows
+from neurontools.top.memory_tree import (
+    NO_HOST,
+    Row,
+    TreeCache,
+    TreeNode,
+    all_keys,
+    build_tree,
+    parent_key,
+    visible_rows,
+)
 from neurontools.top.model import Sample
 from neurontools.top.state import DisplayState
 from neurontools.top.widgets.drawing import NA_STYLE, SECTION, SELECTED_ROW, fit
@@ -32,16 +44,22 @@ class MemoryTreeView(TextPanel):
         self.expanded: dict[str, bool] = {}
         self.selected_key: str | None = None
         self.top = 0
+        self.cache = TreeCache()
+        self._rows: tuple[tuple[TreeNode, ...], tuple[tuple[str, bool], ...], list[Row]] | None = None
 
     def show(self, sample: Sample, state: DisplayState) -> None:
-        self.nodes = build_tree(sample, state.pid)
+        self.nodes = build_tree(sample, state.pid, self.cache)
         super().show(sample, state)
 
     # -- navigation -----------------------------------------------------------------------------
 
     @property
     def rows(self) -> list[Row]:
-        return visible_rows(self.nodes, self.expanded)
+        """The visible rows (the last ones again while the tree and the expansion are the same)."""
+        expanded = tuple(self.expanded.items())
+        if self._rows is None or self._rows[0] is not self.nodes or self._rows[1] != expanded:
+            self._rows = (self.nodes, expanded, visible_rows(self.nodes, self.expanded))
+        return self._rows[2]
 
     def selected_index(self, rows: list[Row]) -> int:
         keys = [row.node.key for row in rows]
@@ -90,6 +108,11 @@ class MemoryTreeView(TextPanel):
         self.redraw()
 
     # -- drawing --------------------------------------------------------------------------------
+
+    def key(self) -> Any:
+        # the same tree object while nothing in it changed (TreeCache)
+        window = (self.is_attached, self.size.height, self.top, self.selected_key)
+        return (self.nodes, tuple(self.expanded.items()), window)
 
     def get_content_height(self, container: object, viewport: object, width: int) -> int:
         return max(len(self.rows) + 1, 2)

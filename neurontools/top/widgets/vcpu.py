@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 
 from neurontools.top.formats import fmt_cpu_pair
@@ -15,6 +17,11 @@ PAIR = 16  # "[ 2.69%, 3.97%]" and a space; wider for a process using more than 
 
 
 class VcpuPanel(TextPanel):
+    def key(self) -> Any:
+        if self.sample is None:
+            return ()
+        return (self.sample.system_vcpu, runtime_vcpu(self.sample, self.state.pid))
+
     def lines(self, width: int) -> list[Text]:
         if self.sample is None:
             return []

@@ -5,9 +5,11 @@
 1. gpt-tiny, one training step (forward, backward, AdamW) on the host: plain PyTorch versus the
    same step on the emulated device (every op captured and recorded, HBM ledger, graph hash and
    cost model at the step's end). Neither side sleeps for simulated device time or talks to a
-   daemon: this is the emulator's own overhead. The two kinds of step alternate (plain,
-   emulated, plain, ...) so that a change in the machine's load hits both alike. Target: ratio
-   of the medians <= 1.15.
+   daemon: this is the emulator's own overhead. A third kind of step runs the same device
+   tensors with recording, ledger and cost model off: the cost of the tensor subclass alone
+   (PyTorch calling into Python for every op; a 10-line pass-through subclass costs the same per
+   op, docs/parallel.md). The kinds of step alternate (plain, no hooks, emulated, plain, ...)
+   so that a change in the machine's load hits them alike. Target: ratio of the medians <= 1.15.
 2. bert-large (model scale, meta tensors: workload ``bert-large``, batch 16 x seq 128, bf16,
    AdamW): wall time to trace and cost one step after the first (the first one compiles).
    Target: <= 0.3 s. Peer: the same step in plain PyTorch on ``meta`` (no emulator; PyTorch's
@@ -122,20 +124,34 @@ def gpt_tiny_ratio(steps: int) -> None:
             train_step(model, dopt, dbatch)
             dev.end_step()
 
+    def dispatch_only_step() -> None:
+        # the same device tensors with recording, ledger and cost model switched off: what the
+        # tensor subclass itself costs (PyTorch calling into Python for every op and, in
+        # backward, for every autograd node)
+        with dev:
+            dt.hooks.on_op = dt.hooks.on_alloc = None
+            train_step(model, dopt, dbatch)
+            dev.recorder.take_graph()
+
     for _ in range(3):
         plain_step()
+        dispatch_only_step()
         emulated_step()
     plain: list[Sample] = []
+    floor: list[Sample] = []
     emulated: list[Sample] = []
     for _ in range(steps):
         plain.append(timed_once(plain_step))
+        floor.append(timed_once(dispatch_only_step))
         emulated.append(timed_once(emulated_step))
-    p, e = median(plain), median(emulated)
-    pc, ec = median(plain, 1), median(emulated, 1)
+    p, f, e = median(plain), median(floor), median(emulated)
+    pc, fc, ec = median(plain, 1), median(floor, 1), median(emulated, 1)
     print("gpt-tiny training step (batch 16 x seq 128, fp32, AdamW), host time, median of alternating steps")
     print(f"  plain PyTorch            {p * 1e3:8.1f} ms wall  {pc * 1e3:8.1f} ms thread CPU")
+    print(f"  device tensors, no hooks {f * 1e3:8.1f} ms wall  {fc * 1e3:8.1f} ms thread CPU   ({f / p:.3f}x)")
     print(f"  capture + cost model     {e * 1e3:8.1f} ms wall  {ec * 1e3:8.1f} ms thread CPU")
     print(f"  ratio                    {e / p:8.3f}x          (target <= 1.15x)")
+    print(f"  recording + ledger + cost model alone: {(e - f) / p:.3f}x of the plain step")
 
 
 def plain_meta_step_time(name: str, options: TaskOptions, steps: int) -> float:

@@ -1,10 +1,12 @@
-"""Golden and rule tests for the neuron-ls renderer (spec/neuron-tools.md §1).
+"""Golden and rule tests for the neuron-ls renderer (docs/reference/neuron-ls.md).
 
 Golden files live in tests/golden/ls:
 
-* ``spec_*`` are copied verbatim from the spec's reference outputs (§1.5, §1.6); when the spec
-  block leaves out the ``instance-type``/``instance-id`` lines they are prepended. They are never
-  regenerated: a mismatch is a renderer bug.
+* ``spec_*`` are reference outputs of the real neuron-ls, copied verbatim from the public sources
+  named in docs/reference/neuron-ls.md; when a source leaves out the ``instance-type``/
+  ``instance-id`` lines they are prepended. They are never regenerated: a mismatch is a renderer
+  bug. ``REFERENCE.sha256`` pins their bytes, so an edit to one of them fails the tests until the
+  manifest is changed too (deliberately, in the same commit).
 * ``gen_*`` are outputs we constructed with the same rules. ``UPDATE_GOLDEN=1 pytest ...`` rewrites
   them (and only them) from the current renderer; review the diff before committing.
 """
@@ -12,6 +14,7 @@ Golden files live in tests/golden/ls:
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field, replace
@@ -31,7 +34,7 @@ from neurontools.ls.render import format_id_ranges, format_memory, render_json, 
 HERE = Path(__file__).parent
 FIXTURES = HERE / "fixtures" / "ls"
 GOLDEN = HERE / "golden" / "ls"
-SPEC = Path(os.environ.get("NEURONTOOLS_SPEC", HERE.parent.parent / "shared" / "spec" / "neuron-tools.md"))
+REFERENCE_MANIFEST = GOLDEN / "REFERENCE.sha256"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 
 
@@ -121,20 +124,29 @@ def test_golden(case: Case) -> None:
             pytest.fail("spec excerpt not found in output; full output:\n" + actual)
 
 
+def reference_hashes() -> dict[str, str]:
+    """``sha256sum`` lines of REFERENCE.sha256: file name -> hex digest."""
+    hashes = {}
+    for line in REFERENCE_MANIFEST.read_text(encoding="utf-8").splitlines():
+        digest, name = line.split(maxsplit=1)
+        hashes[name.lstrip("*")] = digest
+    return hashes
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if c.from_spec], ids=lambda c: c.golden)
-def test_spec_goldens_are_verbatim(case: Case) -> None:
-    """Every spec_* golden (minus the header lines we prepended) is a passage of the spec."""
-    if not SPEC.exists():
-        pytest.skip(f"spec not available at {SPEC}")
-    body = (GOLDEN / case.golden).read_text(encoding="utf-8")
-    if case.headers_added:
-        body = body.split("\n", 2)[2]
-    assert body in SPEC.read_text(encoding="utf-8")
+def test_reference_goldens_are_unchanged(case: Case) -> None:
+    """Every spec_* golden has the bytes it was transcribed with (REFERENCE.sha256)."""
+    digest = hashlib.sha256((GOLDEN / case.golden).read_bytes()).hexdigest()
+    assert reference_hashes().get(case.golden) == digest
+
+
+def test_reference_manifest_lists_exactly_the_reference_goldens() -> None:
+    assert set(reference_hashes()) == {c.golden for c in CASES if c.from_spec}
 
 
 def test_golden_files_all_used() -> None:
     names = {c.golden for c in CASES}
-    on_disk = {p.name for p in GOLDEN.iterdir()}
+    on_disk = {p.name for p in GOLDEN.iterdir()} - {REFERENCE_MANIFEST.name}
     assert on_disk == names
 
 

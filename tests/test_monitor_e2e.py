@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -75,8 +76,17 @@ def test_utilization_follows_training_on_the_claimed_core_only(daemon_factory, s
         ls = run_tool(["neuron-ls", "-a", "-j"], daemon.address)
         tools = [p["command"] for d in json.loads(ls.stdout) for p in d["neuron_processes"]]
         assert any(c.startswith("neuron-monitor -c") for c in tools)  # the monitor holds the devices too
-        during = collect(monitor, 4.0)
-        read_until_done(proc)
+        # reports for as long as it trains (a fixed window can fall before the first step on a
+        # loaded machine: tracing and the simulated compile come first)
+        trained = threading.Event()
+        reader = threading.Thread(target=lambda: (read_until_done(proc), trained.set()), daemon=True)
+        reader.start()
+        during: list[dict] = []
+        deadline = time.monotonic() + 180
+        while not trained.is_set() and time.monotonic() < deadline:
+            during += collect(monitor, 1.0)
+        reader.join(timeout=5)
+        assert trained.is_set(), "the training process did not finish its steps"
         time.sleep(1.2)  # training over, the process idles holding its cores
         after = collect(monitor, 1.6)
     finally:

@@ -8,6 +8,9 @@ STAMP  := $(VENV)/.installed-stamp
 # the CPU wheel locally). Elsewhere: make TORCH_INDEX=https://download.pytorch.org/whl/cpu test
 TORCH_INDEX ?=
 TORCH_PIN := torch==2.13.0
+# Test processes in parallel (pytest-xdist; a test file stays in one worker). Most tests wait on
+# daemons and subprocesses, so two workers fit a 2-vCPU machine.
+TEST_WORKERS ?= 2
 
 .PHONY: setup demo test lint clean
 
@@ -30,7 +33,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check neurontools emulator tests scripts examples $(wildcard benchmarks)
 
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -q -rs
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

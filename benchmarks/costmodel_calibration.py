@@ -1,4 +1,4 @@
-"""Print the cost model against the published figures of spec/trn1-hardware.md §5 and §5.1.
+"""Cost model vs the published figures (docs/reference/trn1-runtime.md §Published training rows, §nccom-test points).
 
     .venv/bin/python benchmarks/costmodel_calibration.py
 
@@ -17,7 +17,7 @@ from emulator.costmodel.dtypes import CostOptions
 from emulator.costmodel.graph import GraphCost
 from emulator.hardware import NCCOM_CALIBRATION, NEURONCORE_V2
 
-BERT_FP32_PUBLISHED = 1864  # spec §5: BF16+SR vs FP32, BERT-L Ph1, 1 node: 2,846 / 1,864
+BERT_FP32_PUBLISHED = 1864  # BERT-L Ph1 FP32, 1 node (docs/reference/trn1-runtime.md §Published training rows)
 
 
 def _lower_bound(graph: GraphCost) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import signal
 import socket
@@ -12,7 +13,15 @@ import time
 from collections.abc import Sequence
 from typing import NoReturn
 
-from neurontools.sources.address import AddressError, DaemonAddress, parse_address, resolve_address
+from neurontools.messages import one_line
+from neurontools.sources.address import (
+    AddressError,
+    DaemonAddress,
+    parse_address,
+    private_runtime_dir,
+    resolve_address,
+    runtime_dir,
+)
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
 
 PROG = "neuron-emulator"
@@ -33,9 +42,13 @@ class CliError(Exception):
     """One line for stderr, then exit 1."""
 
 
+class UsageError(CliError):
+    """A flag value that cannot be used: one line for stderr, then exit 2 (like argparse)."""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one clear line, not a usage dump
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see '{self.prog} --help')\n")
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -46,7 +59,8 @@ def _build_parser() -> argparse.ArgumentParser:
         description="Emulated AWS Trn1 instance: a daemon that real training processes attach to, "
         "and that neuron-ls, neuron-top and neuron-monitor read.",
         epilog="The daemon address is NEURON_EMULATOR_ADDR (a socket path or http://127.0.0.1:PORT), "
-        "default $XDG_RUNTIME_DIR/neuron-emulator.sock or /tmp/neuron-emulator-<uid>.sock.",
+        "default $XDG_RUNTIME_DIR/neuron-emulator.sock or /tmp/neuron-emulator-<uid>/daemon.sock. "
+        "Access rules: docs/security.md.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
@@ -64,7 +78,22 @@ def _build_parser() -> argparse.ArgumentParser:
     where = up.add_mutually_exclusive_group()
     where.add_argument("--socket", metavar="PATH", help="listen on this Unix socket")
     where.add_argument("--port", type=int, metavar="N", help="listen on 127.0.0.1:N instead of a socket")
-    up.add_argument("--log-file", metavar="PATH", help="with --detach: daemon log (default <socket>.log)")
+    up.add_argument(
+        "--bind",
+        metavar="ADDR",
+        help="with --port: listen on this IP address (e.g. 0.0.0.0) instead of 127.0.0.1; "
+        "changes still need the bearer token",
+    )
+    up.add_argument(
+        "--socket-group",
+        metavar="GROUP",
+        help="make the socket 0660 for this group (default 0600: only you)",
+    )
+    up.add_argument(
+        "--log-file",
+        metavar="PATH",
+        help="with --detach: daemon log (default <socket>.log, or neuron-emulator-<port>.log in the runtime directory)",
+    )
     ident = up.add_argument_group("instance identity (defaults are stable per host, type and address)")
     ident.add_argument("--instance-id", metavar="ID", help="e.g. i-0123456789abcdef0")
     ident.add_argument("--instance-name", metavar="NAME", default="", help="Name tag (default empty)")
@@ -137,9 +166,35 @@ def _address(args: argparse.Namespace) -> DaemonAddress:
     return resolve_address()
 
 
+def _up_address(args: argparse.Namespace) -> tuple[DaemonAddress, int | None]:
+    """The client address of the daemon ``up`` starts, and the gid of ``--socket-group``."""
+    if args.socket_group is not None and args.port is not None:
+        raise UsageError("--socket-group applies to a Unix socket: not allowed with --port")
+    gid = None
+    if args.socket_group is not None:
+        from emulator.daemon.security import SecurityError, resolve_group
+
+        try:
+            gid = resolve_group(args.socket_group)
+        except SecurityError as exc:
+            raise UsageError(str(exc)) from None
+    address = _address(args)
+    if args.bind is None:
+        return address, gid
+    if args.port is None:
+        raise UsageError("--bind needs --port (it is the TCP address to listen on)")
+    try:
+        ip = ipaddress.ip_address(args.bind)
+    except ValueError:
+        raise UsageError(f"--bind {args.bind}: expected an IP address such as 127.0.0.1 or 0.0.0.0") from None
+    # clients on this host reach a wildcard bind over loopback (docs/security.md)
+    host = ("::1" if ip.version == 6 else "127.0.0.1") if ip.is_unspecified else str(ip)
+    return DaemonAddress(host=host, port=args.port), gid
+
+
 # ------------------------------------------------------------------------------------------------
 def _cmd_up(args: argparse.Namespace) -> int:
-    address = _address(args)
+    address, gid = _up_address(args)
     if args.detach:
         return _up_detached(args, address)
 
@@ -164,7 +219,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     registry = Registry(build_inventory(args.instance_type, identity))
     try:
-        serve(address, registry)
+        serve(address, registry, bind=args.bind, socket_group=gid)
     except StartError as exc:
         raise CliError(str(exc)) from None
     return 0
@@ -179,6 +234,9 @@ def _up_detached(args: argparse.Namespace, address: DaemonAddress) -> int:
     # The child runs in the foreground at the address this process resolved, with the same identity.
     argv = ["up", "--instance-type", args.instance_type]
     argv += ["--socket", address.socket_path] if address.socket_path else ["--port", str(address.port)]
+    for flag, value in (("--bind", args.bind), ("--socket-group", args.socket_group)):
+        if value is not None:
+            argv += [flag, value]
     for flag in IDENTITY_FLAGS:
         value = getattr(args, flag.lstrip("-").replace("-", "_"))
         if value:
@@ -186,10 +244,19 @@ def _up_detached(args: argparse.Namespace, address: DaemonAddress) -> int:
     log_path = args.log_file or (
         address.socket_path + ".log"
         if address.socket_path
-        else f"/tmp/neuron-emulator-{os.getuid()}-{address.port}.log"
+        else os.path.join(runtime_dir(), f"neuron-emulator-{address.port}.log")
     )
+    if not args.log_file:  # the default log lives in the daemon's own directory: check it first
+        from emulator.daemon.security import SecurityError, ensure_runtime_dir
+
+        directory = os.path.dirname(log_path)
+        if os.path.isdir(directory) or directory == private_runtime_dir():
+            try:
+                ensure_runtime_dir(directory)
+            except SecurityError as exc:
+                raise CliError(str(exc)) from None
     try:
-        log = open(log_path, "ab")  # noqa: SIM115 - handed to the child
+        log = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")  # for the child
     except OSError as exc:
         raise CliError(f"cannot open log file {log_path}: {exc.strerror}") from None
     with log:
@@ -317,14 +384,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers.update(args.workload_handlers)
     try:
         return handlers[args.command](args)
+    except UsageError as exc:
+        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
+        return 2
     except (CliError, AddressError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
         return 1
     except DaemonError as exc:
-        print(f"{PROG}: error: daemon refused: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: daemon refused: {one_line(str(exc))}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or a stop signal turned into one (docs/lifecycle.md)
+        from emulator.lifecycle import exit_status
+
+        return exit_status(exc)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
 This is the wire format of the emulator daemon's ``/v1/inventory`` and ``/v1/processes``
 resources, and the input of ``neuron-ls``. It is plain data (no I/O): a source fills it, the
 tools render it. The instance and hardware dictionaries use the key names of neuron-monitor's
-``instance_info`` and ``neuron_hardware_info`` objects (spec/neuron-tools.md §3.6) without the
-``error`` key, so the report builder can copy them as they are.
+``instance_info`` and ``neuron_hardware_info`` objects (docs/reference/neuron-monitor.md
+§Always-present objects) without the ``error`` key, so the report builder can copy them as they are.
 """
 
 from __future__ import annotations

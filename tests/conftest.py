@@ -6,6 +6,13 @@ from pathlib import Path
 
 import pytest
 
+# Under pytest-xdist (``make test`` runs two workers) each worker and every process a test starts
+# use one math thread: two workers with two OpenMP threads each on a 2-core machine spin against
+# each other (a 5 s training test took 120 s). Set before anything imports torch.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["MKL_NUM_THREADS"] = "1"
+
 from tests.support import Daemon, Holder, start_daemon
 
 IN_CI = os.environ.get("CI") == "true"

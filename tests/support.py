@@ -22,7 +22,8 @@ BIN = Path(sys.executable).parent
 HELPERS = Path(__file__).parent / "helpers"
 NS_LAST_PID = Path("/proc/sys/kernel/ns_last_pid")
 
-# instance ids of the real outputs the spec quotes, so goldens can be compared with them
+# instance ids of the real neuron-ls outputs (docs/reference/neuron-ls.md §Reference outputs), so goldens
+# can be compared with them
 SPEC_INSTANCE_IDS = {"trn1.2xlarge": "i-0bea223b1afb7e159", "trn1.32xlarge": "i-0fc767be0ec5465d7"}
 
 

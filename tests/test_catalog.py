@@ -30,7 +30,7 @@ from emulator.hardware import (
 from emulator.hardware.sourced import SOURCES
 from neurontools.inventory import inventory_from_dict
 
-# spec/neuron-tools.md §0, literal CONNECTED lists
+# docs/reference/trn1-platform.md §Torus, literal CONNECTED lists
 SPEC_TORUS = {
     0: [12, 3, 4, 1], 1: [13, 0, 5, 2], 2: [14, 1, 6, 3], 3: [15, 2, 7, 0],
     4: [0, 7, 8, 5], 5: [1, 4, 9, 6], 6: [2, 5, 10, 7], 7: [3, 6, 11, 4],
@@ -38,7 +38,7 @@ SPEC_TORUS = {
     12: [8, 15, 0, 13], 13: [9, 12, 1, 14], 14: [10, 13, 2, 15], 15: [11, 14, 3, 12],
 }  # fmt: skip
 
-# spec/neuron-tools.md §0 HyperPod capture (= the real neuron-ls output of §1.6): dev -> (BDF, NUMA, affinity)
+# docs/reference/trn1-platform.md §PCI, NUMA and CPU affinity, HyperPod capture: dev -> (BDF, NUMA, affinity)
 N0, N1 = "0-31,64-95", "32-63,96-127"
 SPEC_HYPERPOD = {
     0: ("0000:10:1b.0", 0, N0), 1: ("0000:10:1e.0", 0, N0), 2: ("0000:a0:1b.0", 1, N1),
@@ -49,7 +49,7 @@ SPEC_HYPERPOD = {
     15: ("0000:a0:1d.0", 1, N1),
 }  # fmt: skip
 
-# spec/trn1-hardware.md §3.1 (A10 table) for the alternative layout
+# same section, the Neuron docs layout (A10 table), for the alternative layout
 SPEC_NEURON_DOCS = {
     0: ("0000:10:1c.0", 0, N0), 1: ("0000:10:1d.0", 0, N0), 2: ("0000:a0:1c.0", 1, N1),
     3: ("0000:a0:1d.0", 1, N1), 4: ("0000:20:1b.0", 0, N0), 5: ("0000:20:1c.0", 0, N0),
@@ -206,7 +206,7 @@ def test_every_figure_is_sourced():
         cite("Z9")
 
 
-# printed busbw of nccom-test (spec/trn1-hardware.md §5.1); checks the transcription of the points
+# printed busbw of nccom-test (docs/reference/trn1-runtime.md §nccom-test points); checks the points' transcription
 PRINTED_BUSBW = {
     "all-reduce 2 ranks fp32": {2**20: 14.4, 4 * 2**20: 36.5, 16 * 2**20: 47.1, 2**30: 52.8},
     "all-reduce 64 ranks (2 nodes, EFA) fp32": {

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -201,26 +203,36 @@ def test_http_api_is_versioned_documented_and_errors_are_json(daemon) -> None:
     with pytest.raises(DaemonError) as err:
         client.post("/processes", {"pid": 1, "command": "c", "surprise": True})
     assert err.value.status == 422
-    with pytest.raises(DaemonError) as err:  # a PID that does not exist on this host
+    with pytest.raises(DaemonError) as err:  # on the socket a process attaches only itself (docs/security.md)
         client.post("/processes", {"pid": 4194304, "command": "ghost"})
-    assert err.value.status == 400 and "not running on this host" in err.value.body["error"]
+    assert err.value.status == 403 and "only itself" in err.value.body["error"]
     with pytest.raises(DaemonError) as err:
         client.delete("/processes/999999")
     assert err.value.status == 404
 
 
-def test_attaching_twice_is_refused(daemon) -> None:
-    sleeper = subprocess.Popen(["sleep", "30"])
+@contextlib.contextmanager
+def attached_self(daemon) -> Iterator[int]:
+    """Attach this test process (on the socket a process may attach only itself), release it after."""
+    pid = os.getpid()
+    daemon.client.post("/processes", {"pid": pid, "command": "pytest", "runtime_version": "2.29.14"})
     try:
-        body = {"pid": sleeper.pid, "command": "sleep 30", "runtime_version": "2.29.14"}
+        yield pid
+    finally:
+        with contextlib.suppress(DaemonError):
+            daemon.client.delete(f"/processes/{pid}")
+
+
+def test_attaching_twice_is_refused(daemon) -> None:
+    body = {"pid": os.getpid(), "command": "pytest", "runtime_version": "2.29.14"}
+    try:
         assert daemon.client.post("/processes", body)["neuroncores"] == [0, 1]
         with pytest.raises(DaemonError) as err:
             daemon.client.post("/processes", body)
         assert err.value.status == 409 and "already attached" in err.value.body["error"]
     finally:
-        sleeper.kill()
-        sleeper.wait()
-    assert wait_until(lambda: daemon.processes() == [], timeout=1.0)
+        daemon.client.delete(f"/processes/{os.getpid()}")
+    assert daemon.processes() == []
 
 
 def test_no_daemon_neuron_ls_says_how_to_start_one(short_tmp: Path) -> None:
@@ -302,52 +314,40 @@ def _execution(start: float, seconds: float) -> dict[str, object]:
 
 
 def test_snapshot_latencies_since_lists_only_later_executions(daemon) -> None:
-    sleeper = subprocess.Popen(["sleep", "30"])
-    try:
-        daemon.client.post("/processes", {"pid": sleeper.pid, "command": "sleep 30", "runtime_version": "2.29.14"})
+    with attached_self(daemon) as pid:
         base = daemon.client.get("/snapshot")["monotonic"]
         for start in (base - 3.0, base - 2.0, base - 1.0):  # ends: base - 2.5, - 1.5, - 0.5
-            daemon.client.post(f"/processes/{sleeper.pid}/executions", _execution(start, 0.5))
+            daemon.client.post(f"/processes/{pid}/executions", _execution(start, 0.5))
         full = daemon.client.get("/snapshot")
         trimmed = daemon.client.get(f"/snapshot?latencies_since={base - 1.5!r}")
-        (proc,) = [p for p in full["processes"] if p["pid"] == sleeper.pid]
-        (trimmed_proc,) = [p for p in trimmed["processes"] if p["pid"] == sleeper.pid]
+        (proc,) = [p for p in full["processes"] if p["pid"] == pid]
+        (trimmed_proc,) = [p for p in trimmed["processes"] if p["pid"] == pid]
         assert [round(lat[0] - base, 3) for lat in proc["latencies"]] == [-2.5, -1.5, -0.5]
         assert trimmed_proc["latencies"] == proc["latencies"][2:]  # ended strictly after the time given
         assert [entry[0] for entry in full["latency_log"]] == [1, 2, 3]
         assert trimmed["latency_log"] == full["latency_log"][2:]
         assert trimmed_proc["executions"] == proc["executions"]  # counters are never trimmed
-    finally:
-        sleeper.kill()
-        sleeper.wait()
 
 
 def test_execution_report_with_partial_memory_is_refused_and_counts_nothing(daemon) -> None:
-    sleeper = subprocess.Popen(["sleep", "30"])
-    try:
-        daemon.client.post("/processes", {"pid": sleeper.pid, "command": "sleep 30", "runtime_version": "2.29.14"})
+    with attached_self(daemon) as pid:
         bad = {**_execution(daemon.client.get("/snapshot")["monotonic"], 0.1), "memory": {"core": {"tensors": 1}}}
         with pytest.raises(DaemonError) as err:
-            daemon.client.post(f"/processes/{sleeper.pid}/executions", bad)
+            daemon.client.post(f"/processes/{pid}/executions", bad)
         assert err.value.status == 400 and "missing: constants" in err.value.body["error"]
-        (proc,) = [p for p in daemon.client.get("/snapshot")["processes"] if p["pid"] == sleeper.pid]
+        (proc,) = [p for p in daemon.client.get("/snapshot")["processes"] if p["pid"] == pid]
         assert sum(proc["executions"].values()) == 0 and proc["latencies"] == []
-    finally:
-        sleeper.kill()
-        sleeper.wait()
 
 
 def test_batched_executions_count_when_they_start_with_their_link_bytes(daemon) -> None:
-    sleeper = subprocess.Popen(["sleep", "30"])
-    try:
-        daemon.client.post("/processes", {"pid": sleeper.pid, "command": "sleep 30", "runtime_version": "2.29.14"})
+    with attached_self(daemon) as pid:
         now = daemon.client.get("/snapshot")["monotonic"]
         ring = {"kind": "all_reduce", "bytes": 1000, "ranks": 4, "link_bytes": {"intra_chip": 0, "neuronlink": 750}}
         past, future = _execution(now - 1.0, 0.5), {**_execution(now + 1.0, 0.5), "collectives": [ring]}
-        daemon.client.post(f"/processes/{sleeper.pid}/executions/batch", {"executions": [past, future]})
+        daemon.client.post(f"/processes/{pid}/executions/batch", {"executions": [past, future]})
 
         def mine() -> dict:
-            return next(p for p in daemon.client.get("/snapshot")["processes"] if p["pid"] == sleeper.pid)
+            return next(p for p in daemon.client.get("/snapshot")["processes"] if p["pid"] == pid)
 
         early = mine()
         assert early["executions"]["completed"] == 1  # the second has not started yet
@@ -359,22 +359,14 @@ def test_batched_executions_count_when_they_start_with_their_link_bytes(daemon) 
         assert mine()["collectives"]["neuronlink"] == {"bytes": 750, "operations": 1}
         bad = {"executions": [past, {**future, "core": 5}]}
         with pytest.raises(DaemonError) as err:
-            daemon.client.post(f"/processes/{sleeper.pid}/executions/batch", bad)
+            daemon.client.post(f"/processes/{pid}/executions/batch", bad)
         assert err.value.status == 400 and mine()["executions"]["completed"] == 2  # all or nothing
-    finally:
-        sleeper.kill()
-        sleeper.wait()
 
 
 def test_a_collective_entry_with_a_count_stands_for_that_many(daemon) -> None:
-    sleeper = subprocess.Popen(["sleep", "30"])
-    try:
-        daemon.client.post("/processes", {"pid": sleeper.pid, "command": "sleep 30", "runtime_version": "2.29.14"})
+    with attached_self(daemon) as pid:
         now = daemon.client.get("/snapshot")["monotonic"]
         ring = {"kind": "all_reduce", "bytes": 100, "ranks": 8, "count": 128, "link_bytes": {"neuronlink": 175}}
-        daemon.client.post(f"/processes/{sleeper.pid}/executions", {**_execution(now - 1, 0.1), "collectives": [ring]})
-        (proc,) = [p for p in daemon.client.get("/snapshot")["processes"] if p["pid"] == sleeper.pid]
+        daemon.client.post(f"/processes/{pid}/executions", {**_execution(now - 1, 0.1), "collectives": [ring]})
+        (proc,) = [p for p in daemon.client.get("/snapshot")["processes"] if p["pid"] == pid]
         assert proc["collectives"]["neuronlink"] == {"bytes": 175 * 128, "operations": 128}
-    finally:
-        sleeper.kill()
-        sleeper.wait()

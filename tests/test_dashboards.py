@@ -2,9 +2,10 @@
 
 - promtool accepts the config (rule files resolve), the rules, and the rules' unit tests;
 - every PromQL expression of both dashboards parses (promtool, one recording rule per expression);
-- the compatible dashboard is the official one of spec §5: uid, panels, ids, queries, legends, units, layout;
-- our fleet dashboard and the alerts use only metric names the exporters serve (fields.py, §4.4, ``up``),
-  and every fleet query honours the dashboard's template variables.
+- the compatible dashboard is the official one of docs/reference/neuron-monitor-prometheus.md
+  §Official Grafana dashboard: uid, panels, ids, queries, legends, units, layout;
+- our fleet dashboard and the alerts use only metric names the exporters serve (fields.py, the
+  §Metrics table of that page, ``up``), and every fleet query honours the dashboard's template variables.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ ALERT_NAMES = (
     "NeuronExporterDown",
 )
 
-# The official neuron-monitor-prometheus metric names (spec §4.4).
+# The official neuron-monitor-prometheus metric names (docs/reference/neuron-monitor-prometheus.md §Metrics).
 COMPAT_METRICS = frozenset(
     {
         "neuroncore_utilization_ratio",
@@ -302,7 +303,7 @@ def test_every_dashboard_expression_parses(tmp_path: Path) -> None:
     assert _run_promtool("check", "rules", bad).returncode != 0
 
 
-# ------------------------------------------------------------------------------------------------ §5
+# ------------------------------------------------------------------------------------------ official
 
 CPU = "avg(sum by (instance_id) (system_vcpu_usage_ratio))"
 MEM = "avg(system_memory_used_bytes / system_memory_total_bytes)"

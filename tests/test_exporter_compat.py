@@ -1,4 +1,5 @@
-"""neuron-monitor-prometheus: the official exporter's metrics (spec/neuron-tools.md §4) from reports.
+"""neuron-monitor-prometheus: the official exporter's metrics from reports
+(docs/reference/neuron-monitor-prometheus.md).
 
 In-process tests feed reports to ``CompatMetrics`` and read prometheus_client's real text
 exposition; CLI tests run ``neuron-monitor-prometheus`` as a process fed through a pipe and scrape
@@ -40,9 +41,9 @@ from neurontools.report.snapshot import snapshot_from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
-SPEC_SAMPLE = FIXTURES / "exporter" / "spec_4_5_sample_exposition.txt"  # §4.5, copied verbatim
-SPEC_GOLDEN = FIXTURES / "exporter" / "spec_report_exposition.txt"  # our full exposition of §3.7, reviewed
-SPEC_CREATED = 1795302762.3617654  # the _created value of the spec's sample
+SPEC_SAMPLE = FIXTURES / "exporter" / "spec_4_5_sample_exposition.txt"  # §Reference exposition, verbatim
+SPEC_GOLDEN = FIXTURES / "exporter" / "spec_report_exposition.txt"  # ours for that report, reviewed
+SPEC_CREATED = 1795302762.3617654  # the _created value of the reference sample
 
 INSTANCE = (
     'availability_zone="us-west-2d",instance_id="i-0123456789abcdef0",instance_name="",'
@@ -108,11 +109,11 @@ class Exposition:
         return [line.split()[2] for line in self.lines() if line.startswith("# TYPE ")]
 
 
-# -- the spec's sample ----------------------------------------------------------------------------
+# -- the reference sample ------------------------------------------------------------------------
 
 
 def test_spec_sample_lines_byte_for_byte() -> None:
-    """Every line of §4.5 (the `_created` one thanks to a fixed clock), in the same order per family."""
+    """Every line of the reference sample (the `_created` one thanks to a fixed clock), in the same order per family."""
     expo = Exposition()
     assert expo.feed(SPEC) == []
     lines = expo.lines()
@@ -148,7 +149,7 @@ def test_spec_sample_lines_with_the_real_clock_except_created_values() -> None:
 
 
 def test_full_exposition_of_the_spec_report_matches_the_golden_file() -> None:
-    """Golden file reviewed against §4.4 (every family, creation order = the report's group order)."""
+    """Golden file reviewed against the §Metrics table (every family, creation order = the report's group order)."""
     expo = Exposition()
     expo.feed(SPEC)
     assert expo.text() == SPEC_GOLDEN.read_text(encoding="utf-8")
@@ -180,7 +181,7 @@ def test_every_family_of_the_table_with_its_type_help_and_labels() -> None:
 
 
 def test_report_built_from_daemon_snapshots_gives_the_same_exposition() -> None:
-    """The other input path: reports our builder makes from two daemon snapshots (§3.7 computed)."""
+    """The other input path: reports our builder makes from two daemon snapshots (the reference report, computed)."""
     config = parse_config(
         json.dumps(
             {

@@ -2,8 +2,8 @@
 
 Each scenario runs every mode on trn1.2xlarge and trn1.32xlarge with 0, 1 and 2 attached
 training processes. The processes are started with 4-digit PIDs (``ns_last_pid``, root) and the
-PIDs are then replaced by the canonical ones of the spec (4242, 4391, and 4517 for neuron-ls
-itself), which have the same width, so the files are byte-exact on every run.
+PIDs are then replaced by the canonical ones of docs/reference/neuron-ls.md §Reference outputs
+(4242, 4391, and 4517 for neuron-ls itself), which have the same width, so the files are byte-exact on every run.
 ``UPDATE_GOLDEN=1`` rewrites them; review the diff.
 """
 

@@ -2,11 +2,12 @@
 
 Golden files live in tests/golden/ls:
 
-* ``spec_*`` are reference outputs of the real neuron-ls, copied verbatim from the public sources
-  named in docs/reference/neuron-ls.md; when a source leaves out the ``instance-type``/
-  ``instance-id`` lines they are prepended. They are never regenerated: a mismatch is a renderer
-  bug. ``REFERENCE.sha256`` pins their bytes, so an edit to one of them fails the tests until the
-  manifest is changed too (deliberately, in the same commit).
+* ``spec_*`` are the reference outputs of docs/reference/neuron-ls.md §Reference outputs, copied
+  verbatim (that section says which are captures of the real tool and which were written by its
+  rules); when a reference leaves out the ``instance-type``/``instance-id`` lines they are
+  prepended. They are never regenerated: a mismatch is a renderer bug. ``REFERENCE.sha256``
+  pins their bytes, so an edit to one of them fails the tests until the manifest is changed too
+  (deliberately, in the same commit).
 * ``gen_*`` are outputs we constructed with the same rules. ``UPDATE_GOLDEN=1 pytest ...`` rewrites
   them (and only them) from the current renderer; review the diff before committing.
 """
@@ -58,8 +59,8 @@ class Case:
     fixture: str
     flags: dict[str, bool] = field(default_factory=dict)
     json: bool = False
-    match: str = "exact"  # exact | prefix (spec excerpt of the first rows) | contains (one JSON element)
-    headers_added: bool = False  # spec block had no header lines; we prepended them
+    match: str = "exact"  # exact | prefix (reference excerpt of the first rows) | contains (one JSON element)
+    headers_added: bool = False  # the reference had no header lines; we prepended them
 
     @property
     def from_spec(self) -> bool:
@@ -71,7 +72,7 @@ class Case:
 
 
 CASES = [
-    # Verbatim from the spec.
+    # Verbatim from docs/reference/neuron-ls.md §Reference outputs.
     Case("spec_trn1_2xlarge_default.txt", "trn1_2xlarge_idle"),
     Case("spec_trn1_2xlarge_wide.txt", "trn1_2xlarge_train", {"wide": True}, headers_added=True),
     Case("spec_trn1_2xlarge_all.txt", "trn1_2xlarge_all", {"show_all": True}, headers_added=True),
@@ -117,11 +118,11 @@ def test_golden(case: Case) -> None:
     elif case.match == "prefix":
         if not actual.startswith(expected):
             head = actual[: len(expected)]
-            pytest.fail("output does not start with the spec excerpt:\n" + show_diff(expected, head, case.golden))
+            pytest.fail("output does not start with the reference excerpt:\n" + show_diff(expected, head, case.golden))
     else:
         assert case.match == "contains"
         if expected not in actual:
-            pytest.fail("spec excerpt not found in output; full output:\n" + actual)
+            pytest.fail("reference excerpt not found in output; full output:\n" + actual)
 
 
 def reference_hashes() -> dict[str, str]:
@@ -221,7 +222,7 @@ def test_json_tools_only_with_show_all() -> None:
     ]
 
 
-# --- table rules (spec §1.4) -------------------------------------------------------------------
+# --- table rules (docs/reference/neuron-ls.md §Table rendering rules) -----------------------------
 
 
 def test_rule3_centering_odd_slack_goes_right() -> None:

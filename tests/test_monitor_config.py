@@ -1,4 +1,7 @@
-"""neuron-monitor: configuration file (spec/neuron-tools.md §3.2) and the command line (§3.1)."""
+"""neuron-monitor: configuration file and command line.
+
+See docs/reference/neuron-monitor.md §Configuration file and §Command line.
+"""
 
 from __future__ import annotations
 

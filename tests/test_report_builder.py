@@ -1,4 +1,4 @@
-"""Reports computed from daemon snapshots: every group of spec/neuron-tools.md §3 from hand-made snapshots."""
+"""Reports computed from daemon snapshots: every group of docs/reference/neuron-monitor.md from hand-made snapshots."""
 
 from __future__ import annotations
 
@@ -63,13 +63,13 @@ def ordered(text: str) -> Any:
     return json.loads(text, object_pairs_hook=list)
 
 
-# -- the §3.7 illustrative report -----------------------------------------------------------------
+# -- the constructed reference report (docs/reference/neuron-monitor.md §Reference reports) -------------
 
 
 def spec_report_as_computed() -> dict[str, Any]:
-    """The spec's report with what a real two-snapshot computation gives differently.
+    """The constructed reference report with what a real two-snapshot computation gives differently.
 
-    Every group collected at one wake-up covers the same period (1 s here); the spec's average
+    Every group collected at one wake-up covers the same period (1 s here); the fixture's average
     idle (82.73) is a constructed 100 - user - system, the mean of the per-vCPU rows is 82.72.
     """
     report = load("spec_illustrative_report")

@@ -1,4 +1,7 @@
-"""The report encoder writes the bytes Go's encoding/json writes (spec/neuron-tools.md §3.3, §3.7)."""
+"""The report encoder writes the bytes Go's encoding/json writes.
+
+See docs/reference/neuron-monitor.md §Encoding and §Reference reports.
+"""
 
 from __future__ import annotations
 

@@ -240,7 +240,7 @@ class FakeDaemon:
 
 
 def small_apps() -> list[FakeApp]:
-    """trn1.2xlarge: two applications, one core each (tags as in the spec's screenshots)."""
+    """trn1.2xlarge: two applications, one core each (tags as in docs/reference/neuron-top.md §Screen layout)."""
     return [
         FakeApp(4242, "4242", "python3 train.py", (0,), {0: 0.8742}, {0: 41285734118912}),
         FakeApp(5151, "neuron app 1", "torchrun --nproc_per_node=1 bert.py", (1,), {1: 0.6989}, {1: 10004e9}),

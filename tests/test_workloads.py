@@ -363,9 +363,7 @@ def test_workload_registry_is_torch_free() -> None:
 
 
 def test_launcher_passes_each_worker_error_once(capsys: pytest.CaptureFixture[str]) -> None:
-    import threading
-
-    from emulator.workloads.launch import _pump, torchrun_argv
+    from emulator.workloads.launch import _Output, torchrun_argv
 
     stream = io.StringIO(
         "W1122 torch.distributed.run: Setting OMP_NUM_THREADS environment variable for each process\n"
@@ -374,14 +372,13 @@ def test_launcher_passes_each_worker_error_once(capsys: pytest.CaptureFixture[st
         "neuron-emulator: error: --steps '0': expected a positive integer\n"
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
     )
-    held: list[str] = []
-    passed: set[str] = set()
-    _pump(stream, held, passed, threading.Lock())
+    out = _Output()
+    out.pump(stream)
     assert capsys.readouterr().err == (
         "neuron-emulator: error: NRT_RESOURCE: Failed to allocate\n  * total: 15.844GB\n"
         "neuron-emulator: error: --steps '0': expected a positive integer\n"
     )
-    assert len(held) == 5
+    assert len(out.held) == 5 and out.errors_passed()
     argv = torchrun_argv(2, ["mlp", "--steps", "3"])
     assert argv[-8:] == [
         "--standalone",

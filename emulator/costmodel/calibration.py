@@ -3,7 +3,7 @@
 Superseded as the prediction by ``neuron-emulator bench`` (``emulator/parallel``, docs/parallel.md),
 which traces the real model code; kept as an analytic cross-check and as op-list test fixtures.
 
-``spec/trn1-hardware.md`` §5 publishes two Trn1 training rows. This module writes down, from the
+docs/reference/trn1-runtime.md §Published training rows lists two Trn1 training rows. This module writes down, from the
 models' dimensions only, the ATen op list one training micro-step would capture on one
 NeuronCore (forward, backward, gradient accumulation; the optimizer step and the collectives
 separately), runs it through the cost model and compares the throughput with the row. Nothing
@@ -31,7 +31,7 @@ from emulator.hardware.neuroncore_v2 import NEURONCORE_V2, NeuronCoreV2Spec
 
 Shape = tuple[int, ...]
 _ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "int64": 8, "bool": 1}
-_SPEC = "spec/trn1-hardware.md §5 (S3 re:Invent 2022 deck; Neuron BERT and Megatron-LM tutorials, SDK 2.3)"
+_SPEC = "S3 re:Invent 2022 deck; Neuron BERT and Megatron-LM tutorials, SDK 2.3 (docs/reference/trn1-runtime.md)"
 
 
 def tensor(shape: Shape, dtype: str = "float32") -> TensorMeta:
@@ -404,7 +404,7 @@ def optimizer_ops(c: TransformerConfig, dtype: str = "float32") -> list[OpRecord
 
 @dataclass(frozen=True)
 class CalibrationRow:
-    """One published training row (spec/trn1-hardware.md §5)."""
+    """One published training row (docs/reference/trn1-runtime.md §Published training rows)."""
 
     config: TransformerConfig
     cores: int
@@ -484,7 +484,7 @@ class CalibrationResult:
 
     @property
     def mfu(self) -> float:
-        """6 N D model-FLOP utilisation at 95 TFLOPS / NC, the convention of spec §5."""
+        """6 N D model-FLOP utilisation at 95 TFLOPS / NC (docs/reference/trn1-runtime.md §Published training rows)."""
         params = sum(math.prod(s) for s in parameter_shapes(self.row.config)) * self.row.config.tp
         return 6 * params * self.row.config.seq * self.modelled_seq_per_s / (self.row.cores * 95e12)
 

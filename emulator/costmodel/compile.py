@@ -1,9 +1,9 @@
 """Simulated compile time of a new step graph and the size of its NEFF ("model code").
 
 On Neuron a new graph (new hash of ops and shapes) is lowered to HLO and compiled by neuronx-cc
-into a NEFF before it runs; later steps hit the compile cache [A19]. The spec gives no compile
-times beyond "seconds to minutes", so this is an explicit, documented *assumption*, not a
-measurement:
+into a NEFF before it runs; later steps hit the compile cache [A19]. The sources give no compile
+times (docs/reference/trn1-runtime.md §Compile cache), so this is an explicit, documented
+*assumption*, not a measurement:
 
     seconds          = COMPILE_BASE_SECONDS + COMPILE_SECONDS_PER_OP * device ops
     model_code_bytes = NEFF_BASE_BYTES + NEFF_BYTES_PER_OP * device ops
@@ -11,8 +11,8 @@ measurement:
 - the base covers starting the compiler process, HLO import and NEFF packaging; the per-op term
   stands for scheduling / allocation passes, which grow about linearly with the instruction
   count. With 1 s + 4 ms per op a small MLP step (~50 ops) compiles in ~1.2 s and a BERT-Large
-  training micro-step (~1,800 device ops) in ~8 s: the low end of "seconds to minutes", chosen so
-  an emulated first step stays interactive. Callers may pass their own constants.
+  training micro-step (~1,800 device ops) in ~8 s, chosen so an
+  emulated first step stays interactive. Callers may pass their own constants.
 - view/allocation ops (free) emit no instructions and are not counted.
 - NEFF size: 1 MiB of header, metadata and DMA-ring descriptors plus 4 KiB of instruction
   streams per device op (compiled loops keep code size independent of tensor size).

@@ -1,6 +1,6 @@
 """Data types on a NeuronCore-v2: compiler auto-cast, stochastic rounding, bytes on the device.
 
-Facts (spec/trn1-hardware.md §4, [A14], [A15], [A4]):
+Facts (docs/reference/trn1-runtime.md §Data types and BF16 switches; [A14], [A15], [A4]):
 
 - TensorE runs BF16 / FP16 / TF32 / cFP8 inputs at 95 TFLOPS per NC and FP32 inputs at a quarter
   of that; FP8 is not faster than BF16 on Trainium1. Integer matmuls execute in FP32.

@@ -12,18 +12,20 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from emulator.daemon.api_models import AttachBody, EccFault, ErrorBody, ExecutionBatch, ExecutionBody, StatusModel
 from emulator.daemon.registry import AttachRequest, ClaimError, Registry
+from emulator.daemon.security import Access, BearerTokenMiddleware
 from emulator.daemon.telemetry import Telemetry
 from neurontools import __version__
+from neurontools.http_limits import RequestLimits
 from neurontools.inventory import Inventory, NeuronProcess
 
-REAP_INTERVAL_S = 0.2  # a dead process releases its cores well within the one second DESIGN.md allows
+REAP_INTERVAL_S = 0.2  # a dead process releases its cores well within one second (docs/lifecycle.md)
 
 
 @dataclass
@@ -37,8 +39,13 @@ def _error(status: int, message: str, **extra: object) -> JSONResponse:
     return JSONResponse(status_code=status, content={"error": message, **extra})
 
 
-def create_app(registry: Registry, info: DaemonInfo, *, reap_interval: float = REAP_INTERVAL_S) -> FastAPI:
+def create_app(
+    registry: Registry, info: DaemonInfo, *, reap_interval: float = REAP_INTERVAL_S, access: Access | None = None
+) -> FastAPI:
+    """The daemon's app. ``access`` holds the rules of docs/security.md; the default (no token)
+    is the Unix socket's: changes only from callers whose peer credentials allow them."""
     telemetry = Telemetry(registry.snapshot())
+    access = access if access is not None else Access()
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -62,7 +69,9 @@ def create_app(registry: Registry, info: DaemonInfo, *, reap_interval: float = R
         description="Emulated Trn1 instance: inventory, NeuronCore ownership and attached processes.",
         lifespan=lifespan,
     )
-    errors = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody}}
+    app.add_middleware(BearerTokenMiddleware, access=access)  # TCP: 401 without the bearer token
+    app.add_middleware(RequestLimits)  # 413/414 for oversized bodies and targets (docs/fuzzing.md)
+    errors = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409)}  # 401/403: docs/security.md
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -113,8 +122,10 @@ def create_app(registry: Registry, info: DaemonInfo, *, reap_interval: float = R
         return proc.to_dict()
 
     @app.post("/v1/processes", response_model=NeuronProcess, status_code=201, responses=errors, tags=["processes"])
-    async def attach(body: AttachBody) -> dict[str, object]:
-        """Register a process; a runtime process claims NeuronCores, a tool only opens the devices."""
+    async def attach(body: AttachBody, request: Request) -> dict[str, object]:
+        """Register a process; a runtime process claims NeuronCores, a tool only opens the devices.
+        On the Unix socket a process may attach only itself."""
+        access.require_self(request, body.pid, "attach")
         proc = registry.attach(
             AttachRequest(
                 pid=body.pid,
@@ -127,18 +138,28 @@ def create_app(registry: Registry, info: DaemonInfo, *, reap_interval: float = R
                 origin=body.origin,
             )
         )
+        if body.resume is not None:  # registering again after a daemon restart (docs/lifecycle.md)
+            try:
+                telemetry.restore(proc, body.resume.model_dump())
+            except ValueError as exc:
+                registry.detach(proc.pid)
+                telemetry.forget(proc.pid)
+                raise ClaimError(str(exc), http_status=400, nrt_status="NRT_INVALID") from None
         return proc.to_dict()
 
     @app.delete("/v1/processes/{pid}", response_model=NeuronProcess, responses=errors, tags=["processes"])
-    async def detach(pid: int) -> dict[str, object] | JSONResponse:
-        """Release a process's NeuronCores (what the runtime does at exit)."""
+    async def detach(pid: int, request: Request) -> dict[str, object] | JSONResponse:
+        """Release a process's NeuronCores (what the runtime does at exit): the process itself, or
+        the daemon's owner or root."""
+        access.require_self(request, pid, "release", operator=True)
         proc = registry.detach(pid)
         if proc is None:
             return _error(404, f"process {pid} is not attached")
         telemetry.forget(pid)
         return proc.to_dict()
 
-    def record(pid: int, executions: list[ExecutionBody]) -> None:
+    def record(request: Request, pid: int, executions: list[ExecutionBody]) -> None:
+        access.require_self(request, pid, "report executions for")
         proc = registry.get(pid)
         if proc is None:
             raise ClaimError(f"process {pid} is not attached", http_status=404, nrt_status="NRT_INVALID")
@@ -148,14 +169,14 @@ def create_app(registry: Registry, info: DaemonInfo, *, reap_interval: float = R
             raise ClaimError(str(exc), http_status=400, nrt_status="NRT_INVALID") from None
 
     @app.post("/v1/processes/{pid}/executions", status_code=204, responses=errors, tags=["telemetry"])
-    async def execution(pid: int, body: ExecutionBody) -> None:
+    async def execution(pid: int, body: ExecutionBody, request: Request) -> None:
         """A step graph starting on one of the process's NeuronCores (what it costs, how it ended)."""
-        record(pid, [body])
+        record(request, pid, [body])
 
     @app.post("/v1/processes/{pid}/executions/batch", status_code=204, responses=errors, tags=["telemetry"])
-    async def execution_batch(pid: int, body: ExecutionBatch) -> None:
+    async def execution_batch(pid: int, body: ExecutionBatch, request: Request) -> None:
         """Several step graphs of the process, each with its own start (a replayed step)."""
-        record(pid, body.executions)
+        record(request, pid, body.executions)
 
     @app.get("/v1/processes/{pid}/memory", responses=errors, tags=["telemetry"])
     async def memory(pid: int) -> dict[str, object]:
@@ -166,15 +187,17 @@ def create_app(registry: Registry, info: DaemonInfo, *, reap_interval: float = R
         return telemetry.memory(proc)
 
     @app.post("/v1/faults/ecc", responses=errors, tags=["faults"])
-    async def ecc_fault(body: EccFault) -> dict[str, int]:
-        """Inject ECC events on a device (for alert tests); returns the device's counters."""
+    async def ecc_fault(body: EccFault, request: Request) -> dict[str, int]:
+        """Inject ECC events on a device (for alert tests); returns the device's counters. Only the
+        daemon's owner or root (on TCP: a token holder)."""
+        access.require_operator(request, "inject faults")
         try:
             return telemetry.inject_ecc(body.neuron_device, body.event_type, body.count)
         except ValueError as exc:
             raise ClaimError(str(exc), http_status=400, nrt_status="NRT_INVALID") from None
 
     @app.get("/v1/snapshot", tags=["telemetry"])
-    async def snapshot(latencies_since: float | None = None) -> dict[str, object]:
+    async def snapshot(latencies_since: float | None = Query(None, allow_inf_nan=False)) -> dict[str, object]:
         """Cumulative counters and current gauges of every runtime process, and the real host
         (docs/snapshot.md); consumers compute per-period figures from two snapshots.
         ``latencies_since`` (daemon monotonic seconds): list only executions that ended later."""

@@ -3,12 +3,15 @@
 One daemon per address. A Unix socket is guarded by an ``flock`` on ``<socket>.lock`` (two
 ``up`` at once cannot both win); a socket file left by a crashed daemon (nothing answers on it)
 is detected and replaced; SIGTERM and SIGINT stop the server cleanly and remove the socket.
+Access (docs/security.md): the socket is mode 0600 (0660 with a group) in a directory only its
+owner can write; on TCP a bearer token is written to the runtime directory and removed at exit.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import ipaddress
 import os
 import signal
 import socket
@@ -20,7 +23,16 @@ import uvicorn
 
 from emulator.daemon.app import DaemonInfo, create_app
 from emulator.daemon.registry import Registry
-from neurontools.sources.address import DaemonAddress
+from emulator.daemon.security import (
+    Access,
+    PeerCredentialsProtocol,
+    SecurityError,
+    bind_unix_socket,
+    ensure_runtime_dir,
+    open_directory_to_group,
+    token_file,
+)
+from neurontools.sources.address import DaemonAddress, private_runtime_dir, token_path
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
 
 
@@ -45,10 +57,16 @@ def already_running_error(address: DaemonAddress, status: dict[str, object]) -> 
 
 
 @contextlib.contextmanager
-def _unix_listener(path: str) -> Iterator[socket.socket]:
+def _unix_listener(path: str, group: int | None) -> Iterator[tuple[socket.socket, Access]]:
     parent = os.path.dirname(path) or "."
-    if not os.path.isdir(parent):
+    if not os.path.isdir(parent) and os.path.abspath(parent) != private_runtime_dir():
         raise StartError(f"cannot create socket {path}: directory {parent} does not exist")
+    try:
+        ensure_runtime_dir(parent)  # only its owner can write it; the per-user one is created 0700
+        if group is not None:
+            open_directory_to_group(parent, group)
+    except SecurityError as exc:
+        raise StartError(str(exc)) from None
     lock_path = path + ".lock"
     try:
         lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -75,13 +93,16 @@ def _unix_listener(path: str) -> Iterator[socket.socket]:
 
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.bind(path)
+            bind_unix_socket(sock, path, group)  # 0600 / 0660 from the start
         except OSError as exc:
             sock.close()
             raise StartError(f"cannot listen on {path}: {exc.strerror}") from None
+        except SecurityError as exc:
+            sock.close()
+            raise StartError(str(exc)) from None
         inode = os.stat(path).st_ino
         try:
-            yield sock
+            yield sock, Access()
         finally:
             sock.close()
             with contextlib.suppress(FileNotFoundError):
@@ -94,43 +115,67 @@ def _unix_listener(path: str) -> Iterator[socket.socket]:
 
 
 @contextlib.contextmanager
-def _tcp_listener(host: str, port: int) -> Iterator[socket.socket]:
-    status = probe(DaemonAddress(host=host, port=port), timeout=1.0)
+def _tcp_listener(address: DaemonAddress, bind: str) -> Iterator[tuple[socket.socket, Access]]:
+    assert address.port is not None
+    status = probe(address, timeout=1.0)
     if status:
-        raise already_running_error(DaemonAddress(host=host, port=port), status)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise StartError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    try:
-        yield sock
-    finally:
-        sock.close()
+        raise already_running_error(address, status)
+    sock = socket.socket(socket.AF_INET6 if ":" in bind else socket.AF_INET, socket.SOCK_STREAM)
+    with contextlib.ExitStack() as stack:
+        stack.callback(sock.close)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((bind, address.port))
+        except OSError as exc:
+            raise StartError(f"cannot listen on {bind}:{address.port}: {exc.strerror}") from None
+        path = token_path(address.port)
+        try:
+            token = stack.enter_context(token_file(path))  # the port is ours: no live daemon uses it
+        except SecurityError as exc:
+            raise StartError(str(exc)) from None
+        yield sock, Access(token=token, token_path=path)
 
 
-def listener(address: DaemonAddress) -> contextlib.AbstractContextManager[socket.socket]:
+def listener(
+    address: DaemonAddress, *, bind: str | None = None, socket_group: int | None = None
+) -> contextlib.AbstractContextManager[tuple[socket.socket, Access]]:
+    """The listening socket for ``address`` and the access rules that go with it. ``bind``: the
+    TCP address to listen on when it is not the client address's host (e.g. 0.0.0.0)."""
     if address.socket_path is not None:
-        return _unix_listener(address.socket_path)
+        return _unix_listener(address.socket_path, socket_group)
     assert address.host is not None and address.port is not None
-    return _tcp_listener(address.host, address.port)
+    return _tcp_listener(address, bind or address.host)
 
 
-def serve(address: DaemonAddress, registry: Registry, *, log_level: str = "warning") -> None:
-    """Serve until SIGTERM/SIGINT. Raises :class:`StartError` if the address is taken."""
-    with listener(address) as sock:
-        app = create_app(registry, DaemonInfo(address=str(address)))
-        config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on")
+def serve(
+    address: DaemonAddress,
+    registry: Registry,
+    *,
+    bind: str | None = None,
+    socket_group: int | None = None,
+    log_level: str = "warning",
+) -> None:
+    """Serve until SIGTERM/SIGINT. Raises :class:`StartError` if the address is taken or unsafe."""
+    with listener(address, bind=bind, socket_group=socket_group) as (sock, access):
+        app = create_app(registry, DaemonInfo(address=str(address)), access=access)
+        config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on", http=PeerCredentialsProtocol)
         server = uvicorn.Server(config)
         inv = registry.snapshot()
+        listening = f"listening on {bind}:{address.port}, " if bind else ""
+        token = f", bearer token in {access.token_path}" if access.token is not None else ""
         print(
             f"neuron-emulator: {inv.instance.instance_type} {inv.instance.instance_id} "
-            f"serving on {address} (pid {os.getpid()})",
+            f"serving on {address} ({listening}pid {os.getpid()}{token})",
             file=sys.stderr,
             flush=True,
         )
+        if bind and not ipaddress.ip_address(bind).is_loopback:
+            print(
+                f"neuron-emulator: note: reads are open to every host that reaches {bind}:{address.port}; "
+                "changes need the bearer token",
+                file=sys.stderr,
+                flush=True,
+            )
         # uvicorn stops on SIGTERM/SIGINT, then re-raises the signal under the handler that was
         # installed before it ran: make that handler unwind normally so the socket is removed.
         previous = signal.signal(signal.SIGTERM, _exit_quietly)

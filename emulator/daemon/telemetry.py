@@ -187,6 +187,25 @@ class Telemetry:
             state = self._procs[proc.pid] = ProcessTelemetry(cores={c: _CoreCounters() for c in proc.neuroncores})
         return state
 
+    def restore(self, proc: NeuronProcess, resume: dict[str, Any]) -> None:
+        """A process registering again with this (restarted) daemon: the device memory and loaded
+        models it holds (``resume``: AttachBody.resume). Its counters start from zero here."""
+        cores = {int(c["core"]): c for c in resume.get("cores", [])}
+        models = list(resume.get("models", []))
+        owned = set(proc.neuroncores)
+        stray = sorted({*cores, *(int(m["core"]) for m in models)} - owned)
+        if stray:
+            raise ValueError(f"process {proc.pid} does not own NeuronCore {stray[0]}")
+        with self._lock:
+            state = self._state(proc)
+            for core, entry in cores.items():
+                state.core_memory[core] = _core_memory({"core": entry["memory"]}) or {}
+                state.peak_memory[core] = int(entry.get("peak", 0))
+            for model in models:
+                state.models[int(model["model_id"])] = {
+                    k: model[k] for k in ("model_id", "uuid", "name", "code_bytes", "core")
+                }
+
     # -- injected faults ---------------------------------------------------------------------
     def inject_ecc(self, device: int, event_type: str, count: int) -> dict[str, int]:
         """Count ``count`` ECC events of ``event_type`` on ``device`` (faults on demand)."""

@@ -3,7 +3,7 @@
 Identifiers are derived from SHA-256 of the seed (one hash per field), never random, so the same
 seed always gives the same instance, and different emulated nodes of a cluster differ.
 Defaults: region ``us-west-2``, AZ ``us-west-2d``, AZ id ``usw2-az4`` (a Trn1 GA region; the
-values of neuron-tools §3.6).
+values of the real outputs, docs/reference/trn1-platform.md §Identity strings).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Trn1 instance types: device layout, host wiring (PCI, NUMA, CPU affinity), identity strings.
 
-Facts from ``spec/neuron-tools.md`` §0 and ``spec/trn1-hardware.md`` §1, §3. The default PCI
+Facts from docs/reference/trn1-platform.md (figures: docs/hardware-catalog.md). The default PCI
 layout of the 32xlarge types is the real HyperPod capture shown by the reference ``neuron-ls``
-output (neuron-tools §1.6); the layout of the Neuron docs (A10/A11) is available as an
-alternative. trn1n.32xlarge is assumed to be wired like trn1.32xlarge (not documented).
+output (docs/reference/trn1-platform.md §PCI, NUMA and CPU affinity); the layout of the
+Neuron docs (A10/A11) is available as an alternative. trn1n.32xlarge is assumed to be wired like
+trn1.32xlarge (not documented).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class DeviceIdentity:
     sysfs_device_name: str = "Trainium1"  # neuron<d>/info/architecture/device_name
     lspci_description: str = "System peripheral: Amazon.com, Inc. NeuronDevice (Trainium)"
     char_device_prefix: str = "/dev/neuron"
-    char_device_major: int = 243  # observed on a trn1.2xlarge (neuron-tools O)
+    char_device_major: int = 243  # observed on a trn1.2xlarge (NT-O)
     driver_version: str = "2.26.5.0"  # /sys/module/neuron/version of the real captures
 
 
@@ -135,7 +136,8 @@ class InstanceType:
 
 
 def torus_neighbours(device: int, rows: int = TORUS_ROWS, cols: int = TORUS_COLS) -> tuple[int, int, int, int]:
-    """Neighbours of ``device`` on a wrap-around grid, order up, left, down, right (neuron-tools §0)."""
+    """Neighbours of ``device`` on a wrap-around grid, up, left, down, right (docs/reference/trn1-platform.md
+    §Torus)."""
     if not 0 <= device < rows * cols:
         raise ValueError(f"device {device} not on a {rows}x{cols} grid")
     r, c = divmod(device, cols)
@@ -147,13 +149,14 @@ def torus_neighbours(device: int, rows: int = TORUS_ROWS, cols: int = TORUS_COLS
     )
 
 
-# PCI bus -> NUMA node on trn1.32xlarge: buses 0x10/0x20 on node 0, 0x90/0xa0 on node 1 (neuron-tools §0).
+# PCI bus -> NUMA node on trn1.32xlarge: buses 0x10/0x20 on node 0, 0x90/0xa0 on node 1
+# (docs/reference/trn1-platform.md §PCI, NUMA and CPU affinity).
 _NUMA_CPUS = {0: "0-31,64-95", 1: "32-63,96-127"}
 _BUS_NUMA = {"10": 0, "20": 0, "90": 1, "a0": 1}
 
 BDF_LAYOUTS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
-        # real trn1.32xlarge, HyperPod capture 2026, tools >= 2.25 (neuron-tools §0 / §1.6), default
+        # real trn1.32xlarge, HyperPod capture 2026, tools >= 2.25 (docs/reference/trn1-platform.md), default
         "hyperpod": (
             "0000:10:1b.0",
             "0000:10:1e.0",
@@ -244,7 +247,7 @@ TRN1_2XLARGE = InstanceType(
     network_bandwidth=Sourced(
         12.5, "Gbps", cite("S2"), "'up to'; S3 says up to 10 Gbps; A1 EFA column 'up-to 25' is misaligned"
     ),
-    local_nvme=Sourced(500, "GB", cite("S2"), "spec §7: 1 x 475-500 GB"),
+    local_nvme=Sourced(500, "GB", cite("S2"), "S2: 1 x 475-500 GB (docs/hardware-catalog.md §Conflicting figures)"),
     local_nvme_disks=1,
 )
 

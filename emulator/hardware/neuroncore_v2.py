@@ -1,7 +1,8 @@
 """NeuronCore-v2 and Trainium (Trn1) chip figures for the cost model.
 
-Values are the canonical ones of ``spec/trn1-hardware.md`` ("Quick reference", §2, §5.1); where
-§7 lists a conflict the "Suggested default" is used and the alternatives are kept in ``note``.
+Values and their sources are listed in docs/hardware-catalog.md (nccom-test points:
+docs/reference/trn1-runtime.md §nccom-test points); where sources conflict, the value chosen in
+docs/hardware-catalog.md §Conflicting figures is used and the alternatives are kept in ``note``.
 Per-NC peak throughput is the chip value ÷ 2.
 """
 
@@ -232,9 +233,9 @@ def _core() -> NeuronCoreV2Spec:
                 27,
                 "GB/s",
                 cite("A4", "A6"),
-                "conflict: A4 27 GiB/s, A6 27.2 GB/s, A7 17 B/ns (272 GB/s per NC); spec §7 default 27 GB/s peak",
+                "conflict: A4 27 GiB/s, A6 27.2 GB/s, A7 17 B/ns (272 GB/s per NC); 27 GB/s peak chosen",
             ),
-            engine_practical=Sourced(17, "GB/s", cite("A7"), "17 B/ns; spec §7 'practical' figure"),
+            engine_practical=Sourced(17, "GB/s", cite("A7"), "17 B/ns; the 'practical' figure"),
             fixed_cost=Sourced(1.3, "us", cite("A7"), "~1,300 ns cross-engine setup/semaphore latency per transfer"),
             min_efficient_bytes_per_partition=Sourced(
                 2, "KiB", cite("A7"), "<256 B badly overhead-bound; >=4 KiB saturated"
@@ -257,7 +258,7 @@ TRAINIUM1 = TrainiumChipSpec(
         "GiB/s",
         cite("A1", "A2"),
         "A4 '820 GB/s', A8 '0.8 TB/s'; per instance 13,120 GiB/s (A1) vs 9.8 TB/s (S1); "
-        "spec §7 default 820 GiB/s per chip",
+        "820 GiB/s per chip chosen",
     ),
     dma_engines=Sourced(32, "count", cite("A4"), "16 per NC"),
     dma_bandwidth=Sourced(1, "TB/s", cite("A2"), "'1 TB/s DMA bandwidth with inline compression'"),
@@ -270,7 +271,7 @@ TRAINIUM1 = TrainiumChipSpec(
             cite("A1", "A8"),
             "trn1; A1 table says GiB/s; 1,536 between 2023-04-25 and 05-26; server diagram label '768 GB/sec'",
         ),
-        neuronlink_per_link=Sourced(96, "GB/s", cite("A1", "A8"), f"{_DERIVED}: 384 GB/s / 4 links (spec §7)"),
+        neuronlink_per_link=Sourced(96, "GB/s", cite("A1", "A8"), f"{_DERIVED}: 384 GB/s / 4 links"),
         cc_cores=Sourced(6, "count", cite("A4", "A8"), "collective-communication cores per chip"),
         intra_node_hop_latency_low=Sourced(1, "us", cite("A20"), "~1-2 us per intra-node hop, HBM-load dependent"),
         intra_node_hop_latency_high=Sourced(2, "us", cite("A20"), "~1-2 us per intra-node hop, HBM-load dependent"),

@@ -1,8 +1,8 @@
 """Physical figures that carry their provenance.
 
 Every number of the hardware catalog is a :class:`Sourced`: the value in the unit the source
-states, the source id(s) of ``spec/trn1-hardware.md`` §0 (or the evidence tags of
-``spec/neuron-tools.md``), and a note for conflicts or derivations. :attr:`Sourced.base` converts
+states, the source id(s) listed in docs/reference/sources.md (ids A*, P*, S*, W*, I* and the
+evidence kinds NT-*), and a note for conflicts or derivations. :attr:`Sourced.base` converts
 to one base unit per quantity (bytes, bytes/s, seconds, Hz, FLOP/s, plain counts).
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-# Source key of spec/trn1-hardware.md §0 (ids A*, P*, S*, W*, I*) plus the evidence tags of
-# spec/neuron-tools.md, prefixed "NT-" to keep them apart.
+# Source ids with short titles; docs/reference/sources.md gives each one's title and location. The
+# evidence kinds of the tools' interfaces are prefixed "NT-" to keep them apart.
 SOURCES: dict[str, str] = {
     "A1": "Trn1/Trn1n instance table (trn1-arch.rst)",
     "A2": "Trainium chip summary (trainium.rst)",
@@ -40,9 +40,9 @@ SOURCES: dict[str, str] = {
     "S3": "re:Invent 2022 Trainium deck",
     "W1": "ec2instances.info issue 686 (NVMe)",
     "W2": "EC2 Capacity Blocks pricing page",
-    "NT-D": "aws-neuron-sdk docs (neuron-tools spec tag D)",
-    "NT-S": "Neuron kernel driver source (neuron-tools spec tag S)",
-    "NT-O": "real captured output (neuron-tools spec tag O)",
+    "NT-D": "aws-neuron-sdk docs (evidence kind D)",
+    "NT-S": "Neuron kernel driver source (evidence kind S)",
+    "NT-O": "real captured output (evidence kind O)",
 }
 
 

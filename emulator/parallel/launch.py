@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType
 
+from emulator.lifecycle import LAUNCHER_PID_ENV, Stopped, stop_on_signals
 from emulator.parallel.job import JobPlan
 from emulator.parallel.plan_file import JOB_PLAN_ENV, plan_document, write_plan
 from emulator.runtime.compile_cache import CompileCache, LoadedModel, cache_settings
@@ -32,11 +31,6 @@ from emulator.workloads.errors import ERROR_PREFIX, report_error
 
 READY_TIMEOUT_S = 120.0  # 32 ranks starting on a 2-vCPU host take a few seconds
 START_MARGIN_S = 0.2
-
-
-class _Stop(Exception):
-    def __init__(self, code: int) -> None:
-        self.code = code
 
 
 def load_models(plan: JobPlan, env: dict[str, str]) -> tuple[dict[tuple[int, str], LoadedModel], float]:
@@ -96,18 +90,28 @@ def launch(
 ) -> int:
     """Run the planned job on the daemon's cores for ``steps`` steps; 0, or 1 when a rank failed
     (its error is on stderr), 130/143 when stopped by a signal."""
+    with stop_on_signals():  # docs/lifecycle.md: a stop signal stops every rank, then 128 + signal
+        try:
+            return _launch(plan, steps=steps, flags=flags, env=env, on_step=on_step)
+        except Stopped as stopped:
+            return stopped.status
+
+
+def _launch(
+    plan: JobPlan,
+    *,
+    steps: int,
+    flags: Sequence[str],
+    env: dict[str, str],
+    on_step: Callable[[int, float], None],
+) -> int:
     models, compile_seconds = load_models(plan, env)
-    workdir = Path(tempfile.mkdtemp(prefix="neuron-emulator-job-"))
-    plan_path = workdir / "plan.json"
-    write_plan(plan_document(plan, steps=steps, models=models, compile_seconds=compile_seconds), plan_path)
     procs: list[subprocess.Popen] = []
     logs: list[Path] = []
-
-    def stop(signum: int, _frame: FrameType | None) -> None:
-        raise _Stop(128 + signum)
-
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    workdir = Path(tempfile.mkdtemp(prefix="neuron-emulator-job-"))
+    plan_path = workdir / "plan.json"
     try:
+        write_plan(plan_document(plan, steps=steps, models=models, compile_seconds=compile_seconds), plan_path)
         for place in plan.places:
             log = workdir / f"rank{place.rank}.log"
             logs.append(log)
@@ -120,7 +124,7 @@ def launch(
                 "LOCAL_WORLD_SIZE": str(plan.config.ranks_per_node),
                 "NEURON_RT_VISIBLE_CORES": str(place.core),
                 "NEURON_PROCESS_TAG": env.get("NEURON_PROCESS_TAG") or f"{plan.model}-rank{place.rank}",
-                "NEURON_EMULATOR_LAUNCHER_PID": str(os.getpid()),
+                LAUNCHER_PID_ENV: str(os.getpid()),
             }
             rank_env.pop("NEURON_RT_NUM_CORES", None)
             with open(log, "w") as err:
@@ -157,12 +161,7 @@ def launch(
             report_error(_first_error(logs) or f"a rank exited with status {max(codes)}")
             return 1
         return 0
-    except _Stop as stopped:
-        _kill_all(procs)
-        return stopped.code
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
         _kill_all(procs)
         for p in procs:
             for stream in (p.stdin, p.stdout):

@@ -11,48 +11,70 @@ answers one line on stdin, the job's start time (``time.monotonic()``, shared by
 on the host). From then on the rank follows the planned timeline: at the start of every step it
 sends that step's executions (each with its own start time) in one batch, then sleeps until the
 step ends. End of stdin (the launcher is gone) or SIGTERM stops it; the cores are released at exit.
+A restarted daemon is re-joined with the shard's HBM and loaded graphs (docs/lifecycle.md).
 """
 
 from __future__ import annotations
 
-import contextlib
+import json
 import os
 import select
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
+from emulator.lifecycle import die_with_parent, launcher_pid
 from emulator.parallel.plan_file import JOB_PLAN_ENV, RankPlan, load_rank_plan
-from emulator.runtime.attach import attach, detach
+from emulator.runtime.attach import RuntimeSession, attach, detach
 from emulator.runtime.errors import NeuronRuntimeError
+from neurontools.http_limits import REPLAY_BATCH_BYTES
 from neurontools.sources.daemon_client import DaemonError, DaemonUnavailable
 
 ERROR_PREFIX = "neuron-emulator: error: "
 
 
-def _wait_line(deadline: float | None) -> str | None:
-    """A line from stdin (None at end of input or when the deadline passes first)."""
+def _wait_line(session: RuntimeSession, deadline: float | None) -> str | None:
+    """A line from stdin (None at end of input or when the deadline passes first). Raises the
+    runtime's error when it fails meanwhile (a restarted daemon gave our core away)."""
     timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-    ready, _, _ = select.select([sys.stdin], [], [], timeout)
+    ready, _, _ = select.select([sys.stdin, session.failure_fd], [], [], timeout)
+    session.raise_if_failed()
     if not ready:
         return None
     line = sys.stdin.readline()
     return line if line else None
 
 
-def _stdin_closed(until: float) -> bool:
-    """Sleep until ``until``; True as soon as stdin reaches its end (the launcher is gone)."""
+def _stdin_closed(session: RuntimeSession, until: float) -> bool:
+    """Sleep until ``until``; True as soon as stdin reaches its end (the launcher is gone).
+    Raises the runtime's error when it fails meanwhile."""
     while True:
         remaining = until - time.monotonic()
         if remaining <= 0:
             return False
-        ready, _, _ = select.select([sys.stdin], [], [], remaining)
+        ready, _, _ = select.select([sys.stdin, session.failure_fd], [], [], remaining)
+        session.raise_if_failed()
         if ready and not sys.stdin.readline():
             return True
 
 
-def _bodies(plan: RankPlan, step: int, step_start: float, counters: dict[str, int]) -> list[dict[str, Any]]:
+def _resume(plan: RankPlan) -> dict[str, list[dict[str, Any]]] | None:
+    """What the rank has shown the daemon so far — its shard's HBM and the graphs loaded — for
+    registering again with a restarted daemon (docs/lifecycle.md); None before its first step."""
+    if not plan.loaded:
+        return None
+    models = [{**plan.graphs[name].model, "core": plan.core} for name in sorted(plan.loaded)]
+    return {"cores": [{"core": plan.core, "memory": plan.memory, "peak": plan.peak}], "models": models}
+
+
+def _bodies(
+    plan: RankPlan, step: int, step_start: float, counters: dict[str, int], base: dict[str, int] | None = None
+) -> list[dict[str, Any]]:
+    """The step's executions; ``base``: compile-cache counts when a restarted daemon registered
+    this rank again (its counters start from zero)."""
+    base = base or {"hits": 0, "misses": 0}
     bodies = []
     for slot in plan.slots(first=step == 1):
         graph = plan.graphs[slot.graph]
@@ -72,7 +94,7 @@ def _bodies(plan: RankPlan, step: int, step_start: float, counters: dict[str, in
                 "engines": graph.engines,
                 "outcome": "completed",
                 "model": graph.model,
-                "compile_cache": dict(counters),
+                "compile_cache": {k: counters[k] - base[k] for k in ("hits", "misses")},
                 "collectives": graph.collectives,
                 "memory": {"core": plan.memory, "peak": plan.peak},
             }
@@ -80,41 +102,62 @@ def _bodies(plan: RankPlan, step: int, step_start: float, counters: dict[str, in
     return bodies
 
 
+def batches(bodies: list[dict[str, Any]], limit: int = REPLAY_BATCH_BYTES) -> Iterator[list[dict[str, Any]]]:
+    """A step's executions in posts of at most ``limit`` bytes of JSON each: the daemon refuses
+    bodies over 1 MiB (docs/fuzzing.md), and a pipeline step with many micro-batches is more."""
+    base = len('{"executions": []}')
+    post: list[dict[str, Any]] = []
+    size = base
+    for body in bodies:
+        n = len(json.dumps(body)) + 2  # with the ", " that joins it to the next
+        if post and size + n > limit:
+            yield post
+            post, size = [], base
+        post.append(body)
+        size += n
+    if post:
+        yield post
+
+
+def _post(session: RuntimeSession, bodies: list[dict[str, Any]]) -> None:
+    """Send the step's executions; training goes on without a daemon (docs/lifecycle.md)."""
+    for post in batches(bodies):
+        try:
+            session.client.post(f"/processes/{session.owner_pid}/executions/batch", {"executions": post})
+        except DaemonUnavailable:
+            session.suspect()
+            return
+        except DaemonError as exc:
+            if exc.status == 404:  # a restarted daemon that does not know us (yet)
+                session.suspect()
+                return
+
+
 def run(plan: RankPlan) -> int:
     session = attach()
+    counters = {"hits": 0, "misses": 0}
+    base = {"hits": 0, "misses": 0}
+    session.set_resume(lambda: _resume(plan))
+    session.on_register(lambda: base.update(counters))
     print("ready", flush=True)
-    line = _wait_line(deadline=None)
+    line = _wait_line(session, deadline=None)
     if line is None:
         return 0
     t0 = float(line)
-    counters = {"hits": 0, "misses": 0}
     start = t0 + plan.compile_seconds  # every rank waits for the slowest stage's compile
     for step in range(1, plan.steps + 1):
         length = plan.first_step_seconds if step == 1 else plan.step_seconds
-        bodies = _bodies(plan, step, start, counters)
-        with contextlib.suppress(DaemonError, DaemonUnavailable):  # training goes on without a daemon
-            session.client.post(f"/processes/{session.owner_pid}/executions/batch", {"executions": bodies})
+        _post(session, _bodies(plan, step, start, counters, base))
         start += length
-        if _stdin_closed(start):
+        if _stdin_closed(session, start):
             return 0
     return 0
 
 
-def _die_with_launcher() -> None:
-    """Ask Linux for SIGTERM when the launcher dies (also covers ``kill -9`` of the launcher)."""
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    launcher = os.environ.get("NEURON_EMULATOR_LAUNCHER_PID", "")
-    if launcher.isdigit() and os.getppid() != int(launcher):  # it died before prctl took effect
-        sys.exit(143)
-
-
 def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    _die_with_launcher()
+    # SIGTERM when the launcher dies, also by kill -9 (docs/lifecycle.md)
+    die_with_parent(signal.SIGTERM, parent=launcher_pid())
     path = os.environ.get(JOB_PLAN_ENV, "")
     rank = int(os.environ.get("RANK", "0"))
     try:

@@ -1,6 +1,6 @@
 """Compile cache: a step graph is identified by the hash of its ops and shapes.
 
-Two levels, as with neuronx-cc (spec/trn1-hardware.md §6.1): an in-memory JIT cache of models
+Two levels, as with neuronx-cc (docs/reference/trn1-runtime.md §Compile cache): an in-memory JIT cache of models
 loaded in this process, and the on-disk Neuron Persistent Cache shared across runs
 (``NEURON_COMPILE_CACHE_URL``, ``--cache_dir`` in ``NEURON_CC_FLAGS``, default
 ``/var/tmp/neuron-compile-cache``; ``--no_cache`` turns it off). The disk layout is the real
@@ -20,9 +20,9 @@ from pathlib import Path
 
 from emulator.capture.ops import OpRecord
 
-COMPILER_VERSION = "2.14.227.0"  # version string of the emulated neuronx-cc (spec §3.7 example)
+COMPILER_VERSION = "2.14.227.0"  # emulated neuronx-cc (docs/reference/trn1-runtime.md §Version strings of the examples)
 DEFAULT_CACHE_DIR = "/var/tmp/neuron-compile-cache"
-FIRST_MODEL_ID = 10001  # runtime-assigned model ids start here (spec/neuron-tools.md §3.4)
+FIRST_MODEL_ID = 10001  # runtime-assigned model ids start here (docs/reference/neuron-monitor.md §memory_used)
 
 
 def graph_hash(ops: Sequence[OpRecord]) -> str:
@@ -75,6 +75,10 @@ class CompileCache:
 
     def loaded(self, digest: str) -> LoadedModel | None:
         return self._loaded.get(digest)
+
+    def loaded_models(self) -> list[LoadedModel]:
+        """The models loaded in this process, in load order (safe to call from another thread)."""
+        return list(self._loaded.values())
 
     def module_dir(self, digest: str) -> Path | None:
         if self.cache_dir is None:

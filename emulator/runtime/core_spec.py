@@ -1,4 +1,4 @@
-"""NeuronCore selection the way the Neuron runtime reads it (spec/trn1-hardware.md §6.2).
+"""NeuronCore selection the way the Neuron runtime reads it (docs/reference/trn1-runtime.md §NeuronCore selection).
 
 ``NEURON_RT_VISIBLE_CORES`` takes a single id (``3``), an inclusive range (``3-6``), a comma list
 (``3,4,5,6``) or a mix (``3-5,6``); the result must be contiguous and increasing. It wins over
@@ -8,12 +8,24 @@ rank takes one core. The daemon checks the ids against the instance; this module
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-_ITEM = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+_ITEM = re.compile(r"^\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?$")
+# No instance has anywhere near this many NeuronCores; the daemon checks ids against the real
+# count. The bound keeps a mistyped range (0-10000000000) from being spelled out (docs/fuzzing.md).
+MAX_CORE_ID = 65535
+MAX_DIGITS = 9
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(text[:40]) + "..."
+
+
+def _count(text: str) -> int | None:
+    """A non-negative decimal integer in ASCII digits, or None."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= MAX_DIGITS else None
 
 
 class CoreSpecError(ValueError):
@@ -28,17 +40,19 @@ def parse_core_ids(text: str, *, name: str = "NEURON_RT_VISIBLE_CORES") -> list[
     for item in text.split(","):
         match = _ITEM.match(item)
         if not match:
-            raise CoreSpecError(f"{name}={text!r}: {item.strip()!r} is not a core id or range like '2-5'")
-        first = int(match.group(1))
-        last = int(match.group(2)) if match.group(2) is not None else first
+            raise CoreSpecError(f"{name}={_shown(text)}: {_shown(item.strip())} is not a core id or range like '2-5'")
+        bounds = [_count(g) for g in match.groups() if g is not None]
+        if any(b is None or b > MAX_CORE_ID for b in bounds):
+            raise CoreSpecError(f"{name}={_shown(text)}: core id out of range (0-{MAX_CORE_ID})")
+        first, last = bounds[0], bounds[-1]
+        assert first is not None and last is not None
         if last < first:
-            raise CoreSpecError(f"{name}={text!r}: range {first}-{last} goes backwards")
-        ids.extend(range(first, last + 1))
-    for prev, cur in itertools.pairwise(ids):
-        if cur != prev + 1:
+            raise CoreSpecError(f"{name}={_shown(text)}: range {first}-{last} goes backwards")
+        if ids and first != ids[-1] + 1:
             raise CoreSpecError(
-                f"{name}={text!r}: cores must be contiguous and increasing ({prev} is followed by {cur})"
+                f"{name}={_shown(text)}: cores must be contiguous and increasing ({ids[-1]} is followed by {first})"
             )
+        ids.extend(range(first, last + 1))
     return ids
 
 
@@ -78,9 +92,9 @@ def request_from_env(env: Mapping[str, str]) -> CoreRequest:
     local_rank_text = env.get("LOCAL_RANK", "").strip()
     local_rank: int | None = None
     if local_rank_text:
-        if not local_rank_text.isdigit():
-            raise CoreSpecError(f"LOCAL_RANK={local_rank_text!r} is not a non-negative integer")
-        local_rank = int(local_rank_text)
+        local_rank = _count(local_rank_text)
+        if local_rank is None:
+            raise CoreSpecError(f"LOCAL_RANK={_shown(local_rank_text)} is not a non-negative integer")
 
     if visible:
         ids = parse_core_ids(visible)
@@ -101,8 +115,9 @@ def request_from_env(env: Mapping[str, str]) -> CoreRequest:
 
     num = env.get("NEURON_RT_NUM_CORES", "").strip()
     if num:
-        if not num.isdigit():
-            raise CoreSpecError(f"NEURON_RT_NUM_CORES={num!r} is not a non-negative integer")
-        if int(num) > 0:
-            return CoreRequest(num_cores=int(num), origin=f"NEURON_RT_NUM_CORES={num}")
+        count = _count(num)
+        if count is None:
+            raise CoreSpecError(f"NEURON_RT_NUM_CORES={_shown(num)} is not a non-negative integer")
+        if count > 0:
+            return CoreRequest(num_cores=count, origin=f"NEURON_RT_NUM_CORES={num}")
     return CoreRequest()

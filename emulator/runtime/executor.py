@@ -10,13 +10,13 @@ on a real device. NaN/Inf produced by the step (seen in the real values) make th
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -36,6 +36,7 @@ from emulator.costmodel import (
 from emulator.hardware import RUNTIME as RUNTIME_SPEC
 from emulator.hardware import get_instance_type
 from emulator.runtime.attach import RuntimeSession
+from emulator.runtime.collectives import collective_error, collective_timeout
 from emulator.runtime.compile_cache import CompileCache, LoadedModel, cache_settings, graph_hash
 from emulator.runtime.errors import NeuronRuntimeError
 from emulator.runtime.memory import MemoryLedger
@@ -43,7 +44,7 @@ from neurontools.report.schema import ENGINE_KEYS as ENGINES
 from neurontools.sources.daemon_client import DaemonError, DaemonUnavailable
 
 # Runtime's own device memory per core: the OOM report of a real trn1 runtime shows
-# "runtime: 1.062KB" (spec/trn1-hardware.md §6.3, source I1).
+# "runtime: 1.062KB" (docs/reference/trn1-runtime.md §Out-of-memory behaviour, source I1).
 RUNTIME_DEVICE_BYTES = 1088
 
 
@@ -93,12 +94,29 @@ class DeviceRuntime:
         self._last_mark = time.monotonic()
         self.last: StepResult | None = None
         self._lock = threading.Lock()
+        self._cache_base = (0, 0)  # compile-cache counts when the daemon last registered us
 
     # -- lifecycle ---------------------------------------------------------------------------
     def install(self) -> None:
         device_tensor.hooks.on_op = self.recorder.on_op
         device_tensor.hooks.on_alloc = self.ledger.on_alloc
         device_tensor.hooks.downcast = framework_downcast(self.env)
+        self.session.set_resume(self.resume_state)
+        self.session.on_register(self._register_again)
+
+    # -- a restarted daemon (docs/lifecycle.md) ----------------------------------------------
+    def resume_state(self) -> dict[str, list[dict[str, Any]]]:
+        """What this process holds on its core, for registering again with a restarted daemon."""
+        usage = self.ledger.usage()
+        models = [
+            {"core": self.core, "model_id": m.model_id, "uuid": m.uuid, "name": m.name, "code_bytes": m.code_bytes}
+            for m in self.cache.loaded_models()
+        ]
+        return {"cores": [{"core": self.core, "memory": usage.to_dict(), "peak": self.ledger.peak}], "models": models}
+
+    def _register_again(self) -> None:
+        """A new daemon's counters start from zero: so do the compile-cache counts it is sent."""
+        self._cache_base = (self.cache.hits, self.cache.misses)
 
     # -- collectives -------------------------------------------------------------------------
     def all_reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
@@ -114,7 +132,12 @@ class DeviceRuntime:
             inner = device_tensor.unwrap(grad)
             total += inner.numel() * inner.element_size()
             if not inner.is_meta:
-                dist.all_reduce(inner)
+                try:
+                    dist.all_reduce(inner)
+                except RuntimeError as exc:  # a peer rank is gone or stuck (docs/lifecycle.md)
+                    raise collective_error(
+                        exc, "the gradient all-reduce", rank=dist.get_rank(), timeout=collective_timeout(self.env)
+                    ) from None
                 inner.div_(world)
         local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
         self._collectives.append(
@@ -123,6 +146,7 @@ class DeviceRuntime:
 
     # -- execution ---------------------------------------------------------------------------
     def mark_step(self) -> StepResult | None:
+        self.session.raise_if_failed()  # e.g. a restarted daemon gave one of our cores away
         with self._lock:
             return self._mark_step()
 
@@ -248,18 +272,26 @@ class DeviceRuntime:
                 "name": model.name,
                 "code_bytes": model.code_bytes,
             },
-            "compile_cache": {"hits": self.cache.hits, "misses": self.cache.misses},
+            "compile_cache": {
+                "hits": self.cache.hits - self._cache_base[0],
+                "misses": self.cache.misses - self._cache_base[1],
+            },
             "collectives": [
                 {"kind": c.kind, "bytes": c.nbytes, "ranks": c.ranks, "nodes": c.nodes} for c in collectives
             ],
             "memory": {"core": usage.to_dict(), "peak": self.ledger.peak},
         }
-        with contextlib.suppress(DaemonError, DaemonUnavailable):  # the daemon being away does not stop training
+        try:  # the daemon being away does not stop training (docs/lifecycle.md)
             self.session.client.post(f"/processes/{self.session.owner_pid}/executions", body)
+        except DaemonUnavailable:
+            self.session.suspect()
+        except DaemonError as exc:
+            if exc.status == 404:  # a restarted daemon that does not know us (yet)
+                self.session.suspect()
 
 
 def framework_downcast(env: Mapping[str, str]) -> dict[torch.dtype, torch.dtype]:
-    """torch_xla's framework-level BF16 switches (spec/trn1-hardware.md §4): with
+    """torch_xla's framework-level BF16 switches (docs/reference/trn1-runtime.md §Data types and BF16 switches): with
     ``XLA_USE_BF16=1`` float and double tensors are BF16 on the device; with
     ``XLA_DOWNCAST_BF16=1`` float is BF16 and double is FP32. The real values are cast too."""
     if env.get("XLA_USE_BF16", "").strip() == "1":

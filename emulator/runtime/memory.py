@@ -3,7 +3,7 @@
 Bytes are counted per *storage* (views share their base's storage, so they cost nothing), from
 the tensors that live on the emulated device: real CPU tensors for real-math work, meta tensors
 (shapes only) for model-scale work. A storage is freed when its last device tensor is garbage
-collected. Categories follow neuron-monitor (spec/neuron-tools.md §3.4):
+collected. Categories follow neuron-monitor (docs/reference/neuron-monitor.md §memory_used):
 
 - ``constants``: parameters (``nn.Parameter`` on the device), found at each :meth:`usage` call;
 - ``tensors``: everything else — inputs, activations, gradients, optimizer state;

@@ -62,7 +62,14 @@ def all_reduce_gradients(optimizer: torch.optim.Optimizer) -> None:
     if not grads:
         return
     flat = torch.cat([g.reshape(-1).float() for g in grads])
-    dist.all_reduce(flat)
+    try:
+        dist.all_reduce(flat)
+    except RuntimeError as exc:  # a peer rank is gone or stuck (docs/lifecycle.md)
+        from emulator.runtime.collectives import collective_error, collective_timeout
+
+        raise collective_error(
+            exc, "the gradient all-reduce", rank=dist.get_rank(), timeout=collective_timeout()
+        ) from None
     flat /= dist.get_world_size()
     offset = 0
     for g in grads:

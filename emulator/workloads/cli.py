@@ -69,8 +69,9 @@ def _positive_int(flag: str, text: str | None) -> int | None:
     if text is None:
         return None
     value = text.strip()
-    if not value.isdigit() or int(value) < 1:
-        raise ArgumentError(f"{flag} {text!r}: expected a positive integer")
+    # ASCII digits only ('²'.isdigit() is true), and few enough for int() (docs/fuzzing.md)
+    if not (value.isascii() and value.isdigit()) or len(value) > 18 or int(value) < 1:
+        raise ArgumentError(f"{flag} {text[:40]!r}: expected a positive integer")
     return int(value)
 
 
@@ -136,7 +137,10 @@ def _core_ids(text: str | None) -> list[int] | None:
 
 def with_auto_cast(flags: str, mode: str) -> str:
     """``NEURON_CC_FLAGS`` with its ``--auto-cast`` option replaced by ``mode``."""
-    words = shlex.split(flags)
+    try:
+        words = shlex.split(flags)
+    except ValueError as exc:
+        raise ArgumentError(f"NEURON_CC_FLAGS cannot be parsed: {exc}") from None
     kept: list[str] = []
     skip = False
     for word in words:
@@ -191,6 +195,15 @@ def _daemon_status() -> dict[str, Any]:
         raise ArgumentError(f"daemon refused: {exc}") from None
 
 
+def _collective_timeout() -> float:
+    from emulator.runtime.collectives import collective_timeout
+
+    try:
+        return collective_timeout()
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
+
+
 def worker_argv(config: Any) -> list[str]:
     """Flags that make a worker train exactly ``config``."""
     argv = [config.spec.name, "--steps", str(config.steps), "--batch-size", str(config.batch_size)]
@@ -214,6 +227,18 @@ _PARALLEL_FLAGS = ("tp", "pp", "micro_batch", "global_batch", "schedule")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """``neuron-emulator run``: SIGINT, SIGTERM or SIGHUP stops every process it started and
+    returns 128 + the signal (docs/lifecycle.md)."""
+    from emulator.lifecycle import Stopped, stop_on_signals
+
+    with stop_on_signals():
+        try:
+            return _cmd_run(args)
+        except Stopped as stopped:
+            return stopped.status
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
     if _model_scale(args.workload):
         return _run_model_scale(args)
     try:
@@ -242,10 +267,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ArgumentError(f"--nproc {nproc}: the emulated {itype} has {total} NeuronCores")
         if total and cores is not None and cores[-1] >= total:
             raise ArgumentError(f"--cores {args.cores}: the emulated {itype} has NeuronCores 0-{total - 1}")
+        if nproc > 1:
+            _collective_timeout()
     except ArgumentError as exc:
         return _fail(str(exc))
 
-    changes = run_environment(args, os.environ)
+    try:
+        changes = run_environment(args, os.environ)
+    except ArgumentError as exc:
+        return _fail(str(exc))
     if nproc == 1:
         from emulator.workloads.runner import run
 

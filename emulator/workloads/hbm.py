@@ -3,8 +3,9 @@
 Reads ``GET /v1/processes/<pid>/memory`` after each step and keeps the largest value seen per core: the
 runtime's own peak when a core's entry under ``memory.cores.<core id>`` has a ``peak`` key (the
 ledger's high-water mark, inside steps too), else the sum of its categories (then the peak is
-the largest use seen at step ends). When the answer has no ``memory`` key, or the daemon cannot be
-read, there is nothing to report: :meth:`peak` is ``None``.
+the largest use seen at step ends). When the answer has no ``memory`` key, or the daemon refuses
+the read, there is nothing to report: :meth:`peak` is ``None``. While no daemon answers (or a
+restarted one does not know this process yet) samples are skipped, not given up.
 """
 
 from __future__ import annotations
@@ -57,7 +58,11 @@ class HbmPeak:
             return
         try:
             totals = core_totals({"memory": self.client.get(f"/processes/{self.pid}/memory")})
-        except (DaemonUnavailable, DaemonError) as exc:
+        except DaemonUnavailable:  # no daemon for now: the process registers again with the next
+            return  # one (docs/lifecycle.md), sampling goes on then
+        except DaemonError as exc:
+            if exc.status == 404:  # a restarted daemon this process has not registered with yet
+                return
             self._available, self.reason = False, f"daemon not readable: {exc}"
             return
         if totals is None:

@@ -9,6 +9,7 @@ reports them, else from this host's wall clock, and say which.
 
 from __future__ import annotations
 
+import datetime
 import os
 import time
 from collections.abc import Sequence
@@ -17,6 +18,8 @@ from dataclasses import dataclass, field
 import torch
 
 import emulator.xla as xm
+from emulator.lifecycle import exit_status
+from emulator.runtime.collectives import collective_error, collective_timeout
 from emulator.workloads import WorkloadSpec
 from emulator.workloads.backend import CpuBackend, StepInfo, XlaBackend
 from emulator.workloads.errors import report_error
@@ -128,13 +131,21 @@ def _place_model(task: Task, device: torch.device, dtype: torch.dtype) -> None:
         task.model.to(device)
 
 
-def _init_distributed(world_size: int) -> bool:
-    """Join the torchrun job's process group (gloo) when there is more than one rank."""
+def _init_distributed(world_size: int, rank: int) -> bool:
+    """Join the torchrun job's process group (gloo) when there is more than one rank; its
+    collectives give up after ``NEURON_EMULATOR_COLLECTIVE_TIMEOUT`` seconds (docs/lifecycle.md)."""
     import torch.distributed as dist
 
     if world_size < 2 or dist.is_initialized():
         return False
-    dist.init_process_group("gloo")
+    try:
+        timeout = collective_timeout()
+    except ValueError as exc:
+        raise xm.NeuronRuntimeError("NRT_INVALID", str(exc)) from None
+    try:
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout))
+    except RuntimeError as exc:  # the store or a peer never answered
+        raise collective_error(exc, "joining the process group", rank=rank, timeout=timeout) from None
     return True
 
 
@@ -160,7 +171,7 @@ def train(config: RunConfig, backend: XlaBackend, reporter: Reporter) -> RunResu
         device = backend.device()
     except ValueError as exc:  # a bad runtime setting in the environment (e.g. NEURON_CC_FLAGS)
         raise xm.NeuronRuntimeError("NRT_INVALID", str(exc)) from None
-    own_group = _init_distributed(world)
+    own_group = _init_distributed(world, rank)
     try:
         options = TaskOptions(config.batch_size, config.seq_len, seed=config.seed, rank=rank, world_size=world)
         task = config.spec.build(options)
@@ -223,8 +234,8 @@ def run(config: RunConfig, *, backend: XlaBackend | None = None, reporter: Repor
     except xm.NeuronRuntimeError as exc:  # refused cores, out of device memory, no daemon, ...
         report_error(str(exc))
         return 1
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or a stop signal (emulator.lifecycle): 128 + signal
+        return exit_status(exc)
     return 0
 
 

@@ -2,21 +2,28 @@
 
 Takes the same training flags as ``neuron-emulator run`` (the core selection arrives through
 ``NEURON_RT_VISIBLE_CORES`` and torchrun's ``LOCAL_RANK``); rank 0 reports progress.
+
+A worker dies with torchrun (docs/lifecycle.md): it asks for SIGTERM when its parent dies and
+exits at once if torchrun — or, under ``neuron-emulator run``, the launcher above it — is gone
+already. SIGTERM keeps its default action (immediate exit: a rank blocked in a collective could
+not run a Python handler); the daemon releases its cores within a second.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
+from emulator.lifecycle import die_with_parent, launcher_pid
 from emulator.workloads.cli import ArgumentError, add_training_arguments, config_from_args, run_environment
 from emulator.workloads.errors import report_error
-from emulator.workloads.runner import run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    die_with_parent(signal.SIGTERM, grandparent=launcher_pid())
     parser = argparse.ArgumentParser(prog="python -m emulator.workloads.worker")
     add_training_arguments(parser)
     args = parser.parse_args(argv)
@@ -26,6 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         report_error(str(exc))
         return 1
     os.environ.update(run_environment(args, os.environ))  # --auto-cast -> NEURON_CC_FLAGS
+    from emulator.workloads.runner import run
+
     return run(config)
 
 

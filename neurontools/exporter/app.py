@@ -12,7 +12,7 @@
   last one did, else 503 with ``{"error": ...}``.
 * Listens on 127.0.0.1:8000 by default (``--bind 0.0.0.0`` to expose; port 0 picks a free port);
   the address actually bound is printed as one line on stderr.
-* The daemon address comes from ``NEURON_EMULATOR_ADDR`` (docs: DESIGN.md). While it runs the
+* The daemon address comes from ``NEURON_EMULATOR_ADDR`` (README §The emulated instance). While it runs the
   exporter is registered with the daemon as a tool, so ``neuron-ls -a`` lists it.
 * Bad flags: one line on stderr, exit 1. SIGINT / SIGTERM: clean shutdown, exit 0.
 """
@@ -48,6 +48,8 @@ from neurontools.exporter.collector import (
 )
 from neurontools.exporter.extended import ExtendedCollector
 from neurontools.exporter.rest import build_router, error_response, install_error_handlers
+from neurontools.http_limits import RequestLimits
+from neurontools.messages import one_line
 from neurontools.sources.address import AddressError
 from neurontools.sources.daemon_client import DaemonClient
 from neurontools.sources.tool_session import ToolSession
@@ -191,6 +193,7 @@ def create_app(collector: Collector, exposition: Exposition, *, session: ToolSes
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    app.add_middleware(RequestLimits)  # 413/414 for oversized bodies and targets (docs/fuzzing.md)
 
     def state() -> CollectedState:
         return collector.state
@@ -257,7 +260,7 @@ def _url(sock: socket.socket) -> str:
 
 
 def _error(message: str) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    print(f"{PROG}: error: {one_line(message)}", file=sys.stderr, flush=True)
     return 1
 
 

@@ -71,8 +71,9 @@ class SnapshotSource(Protocol):
 
 
 def monitor_config(period: float) -> MonitorConfig:
-    """neuron-monitor's default configuration (§3.1) with every period set to ``period``, plus
-    ``neuron_hw_counters`` so the compatible ``hardware_ecc_events_total`` has its data."""
+    """neuron-monitor's default configuration (docs/reference/neuron-monitor.md §Command line)
+    with every period set to ``period``, plus ``neuron_hw_counters`` so the compatible
+    ``hardware_ecc_events_total`` has its data."""
     app = tuple(MetricGroup(t, period, 0) for t in DEFAULT_APP_GROUPS)
     system = (*DEFAULT_SYSTEM_GROUPS, "neuron_hw_counters")
     return MonitorConfig(

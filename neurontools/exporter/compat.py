@@ -1,4 +1,4 @@
-"""The metrics of the official ``neuron-monitor-prometheus.py`` (spec/neuron-tools.md §4), from reports.
+"""The official ``neuron-monitor-prometheus.py``'s metrics (docs/reference/neuron-monitor-prometheus.md), from reports.
 
 ``CompatMetrics`` is a prometheus_client custom collector: feed it neuron-monitor reports with
 ``update(report)`` (from a stdin stream, or built from daemon snapshots), register it with any
@@ -103,7 +103,7 @@ def _system_memory(prefix: str, stat: str) -> CompatFamily:
     )
 
 
-# Every family of §4.4, written once: drives the collector, describe() and the tests.
+# Every family of docs/reference/neuron-monitor-prometheus.md §Metrics, written once (collector, describe(), tests).
 FAMILIES: tuple[CompatFamily, ...] = (
     CompatFamily(
         "neuroncore_utilization_ratio",
@@ -212,6 +212,14 @@ def _index(key: Any) -> str:
         raise InvalidGroup(f"expected an integer index, got {key!r}") from None
 
 
+def _text(value: Any) -> str:
+    """A label value: ``str(value)`` with what UTF-8 cannot carry (lone surrogates, which a
+    report's JSON may hold as ``\\udXXX`` escapes) replaced, so a scrape always encodes
+    (docs/fuzzing.md)."""
+    text = str(value)
+    return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
+
+
 def _mapping(value: Any, what: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise InvalidGroup(f"{what} is not an object")
@@ -290,12 +298,12 @@ def _execution_stats(batch: _Batch, data: Mapping[str, Any]) -> None:
     for name, key in (("execution_errors_total", "error_summary"), ("execution_status_total", "execution_summary")):
         batch.declare(name)
         for kind, count in _mapping(data[key], key).items():
-            batch.inc(name, (str(kind),), _count(count))
+            batch.inc(name, (_text(kind),), _count(count))
     batch.declare("execution_latency_seconds")
     total = _mapping(data["latency_stats"], "latency_stats")["total_latency"]
     if total is not None:
         for percentile, seconds in _mapping(total, "total_latency").items():
-            batch.set("execution_latency_seconds", (str(percentile),), _number(seconds))
+            batch.set("execution_latency_seconds", (_text(percentile),), _number(seconds))
 
 
 def _neuron_hw_counters(batch: _Batch, data: Mapping[str, Any]) -> None:
@@ -305,7 +313,7 @@ def _neuron_hw_counters(batch: _Batch, data: Mapping[str, Any]) -> None:
         raise InvalidGroup("neuron_devices is not an array")
     for device in devices:
         device = _mapping(device, "device")
-        index = str(device["neuron_device_index"])
+        index = _text(device["neuron_device_index"])
         for event in ECC_EVENTS:
             if event in device:  # older tools have no sram_ecc_corrected
                 batch.inc("hardware_ecc_events_total", (event, index), _count(device[event]))
@@ -408,7 +416,7 @@ class CompatMetrics(Collector):
             if not isinstance(entry, Mapping) or "neuron_runtime_tag" not in entry:
                 messages.append("Invalid report: a neuron_runtime_data entry has no neuron_runtime_tag")
                 continue
-            tag = str(entry["neuron_runtime_tag"])
+            tag = _text(entry["neuron_runtime_tag"])
             present.add(tag)
             error = entry.get("error", "")
             if error != "":
@@ -456,8 +464,8 @@ class CompatMetrics(Collector):
         if missing:
             messages.append(f"Invalid neuron_hardware_info: missing key {missing[0]!r}")
             return
-        labels = {key: str(hardware[key]) for key in HARDWARE_INFO_LABELS}
-        labels.update({key: str(hardware[key]) for key in OPTIONAL_HARDWARE_INFO_LABELS if key in hardware})
+        labels = {key: _text(hardware[key]) for key in HARDWARE_INFO_LABELS}
+        labels.update({key: _text(hardware[key]) for key in OPTIONAL_HARDWARE_INFO_LABELS if key in hardware})
         assert self._instance is not None
         labels.update(self._instance)
         self._create_info("neuron_hardware_info", labels)
@@ -543,6 +551,6 @@ class CompatMetrics(Collector):
 def _instance_labels(info: Any) -> dict[str, str]:
     """Instance label values from a report's ``instance_info`` (missing fields: ``""``)."""
     info = info if isinstance(info, Mapping) else {}
-    labels = {label: str(info.get(key, "")) for label, key in INSTANCE_LABELS}
-    labels.update({label: str(info[key]) for label, key in OPTIONAL_INSTANCE_LABELS if key in info})
+    labels = {label: _text(info.get(key, "")) for label, key in INSTANCE_LABELS}
+    labels.update({label: _text(info[key]) for label, key in OPTIONAL_INSTANCE_LABELS if key in info})
     return labels

@@ -1,4 +1,4 @@
-"""``neuron-monitor-prometheus``: a drop-in for the official ``neuron-monitor-prometheus.py`` (spec §4).
+"""``neuron-monitor-prometheus``: drop-in for the official script (docs/reference/neuron-monitor-prometheus.md).
 
 ``neuron-monitor | neuron-monitor-prometheus [-p PORT] [--bind ADDR] [--key-file K --cert-file C]``
 
@@ -43,6 +43,8 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from neurontools.exporter.compat import CompatMetrics
+from neurontools.messages import one_line
+from neurontools.sources.report_stream import MAX_LINE_BYTES, read_lines
 
 PROG = "neuron-monitor-prometheus"
 DEFAULT_PORT = 8000
@@ -203,10 +205,14 @@ def _json_type(value: Any) -> str:
     return {bool: "boolean", int: "number", float: "number", str: "string", list: "array"}.get(type(value), "value")
 
 
-def pump(lines: Iterable[bytes], metrics: CompatMetrics, out: TextIO | None, err: TextIO | None) -> int:
-    """Feed every report line to ``metrics``; returns the number of reports applied."""
+def pump(lines: Iterable[bytes | None], metrics: CompatMetrics, out: TextIO | None, err: TextIO | None) -> int:
+    """Feed every report line to ``metrics``; returns the number of reports applied. A None line
+    is one that was too long to read (``read_lines``): skipped like any undecodable line."""
     applied = 0
     for raw in lines:
+        if raw is None:
+            _say(out, f"Unable to decode JSON line longer than {MAX_LINE_BYTES} bytes")
+            continue
         if not raw.strip():
             continue
         try:
@@ -224,7 +230,7 @@ def pump(lines: Iterable[bytes], metrics: CompatMetrics, out: TextIO | None, err
 
 
 def _error(message: str, code: int) -> int:
-    _say(sys.stderr, f"{PROG}: error: {message}")
+    _say(sys.stderr, f"{PROG}: error: {one_line(message)}")
     return code
 
 
@@ -282,7 +288,7 @@ def main(argv: Sequence[str] | None = None, *, stdin: IO[bytes] | None = None) -
     source = stdin if stdin is not None else (sys.stdin.buffer if sys.stdin is not None else None)
     try:
         if source is not None:
-            pump(source, metrics, sys.stdout, sys.stderr)
+            pump(read_lines(source), metrics, sys.stdout, sys.stderr)
         _say(sys.stderr, f"{PROG}: end of input; serving the last values until interrupted")
         threading.Event().wait()
     except (KeyboardInterrupt, _Terminated):

@@ -4,7 +4,7 @@
 * ``GET /api/v1/devices``     Neuron devices: HBM by category, ECC events, PCI/NUMA details
 * ``GET /api/v1/neuroncores`` NeuronCores: owner, busy ratios over the last period, FLOP/s, HBM
 * ``GET /api/v1/processes``   Neuron runtime processes with their cumulative counters
-* ``GET /api/v1/report``      the latest neuron-monitor report (§3 schema and encoding)
+* ``GET /api/v1/report``      the latest neuron-monitor report (schema and encoding of docs/reference/neuron-monitor.md)
 * ``GET /api/v1/history``     ``?metric=NAME[&neuroncore=N][&since=UNIX_TIME]`` from the ring buffer
 * ``GET /api/v1/history/metrics`` the metrics ``history`` knows
 

@@ -1,6 +1,6 @@
 """``neuron-ls``: list the Neuron devices of this host and the processes holding them.
 
-Command-line behaviour follows the real Go tool (spec/neuron-tools.md §1.1): go-flags style
+Command-line behaviour follows the real Go tool (docs/reference/neuron-ls.md §Command line): go-flags style
 options, bad flags reported on stdout with exit 1, no device/daemon reported as one logfmt line
 on stderr with exit 1 and nothing on stdout.
 """
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from neurontools.inventory import Inventory, InventoryError, inventory_from_dict
+from neurontools.messages import one_line
 from neurontools.sources.address import AddressError
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
 from neurontools.sources.tool_session import ToolSession
@@ -89,7 +90,7 @@ def parse_args(argv: Sequence[str]) -> Options:
 
 
 def _logfmt_error(message: str) -> None:
-    escaped = message.replace("\\", "\\\\").replace('"', '\\"')
+    escaped = one_line(message.replace("\\", "\\\\").replace('"', '\\"'))
     print(f'level=error msg="{escaped}"', file=sys.stderr)
 
 
@@ -104,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         opts = parse_args(argv)
     except UsageError as exc:
-        print(exc)  # go-flags prints parse errors on stdout
+        print(one_line(str(exc)))  # go-flags prints parse errors on stdout
         return 1
     if opts.help:
         sys.stdout.write(USAGE)

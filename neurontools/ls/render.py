@@ -1,6 +1,6 @@
-"""What neuron-ls writes to stdout for an inventory (spec/neuron-tools.md §1.2-§1.6, current ≥2.25 format).
+"""What neuron-ls writes to stdout for an inventory (docs/reference/neuron-ls.md, current ≥2.25 format).
 
-Modes and how flag combinations resolve (the spec documents each flag alone):
+Modes and how flag combinations resolve (the docs describe each flag alone; docs/reference/neuron-ls.md §Modes):
 
 * default: DEVICE, CORES, CORE IDS, MEMORY, CONNECTED, BDF (full), CPU AFFINITY, NUMA NODE;
 * ``wide`` (-w): DEVICE, CORES, MEMORY, CONNECTED, BDF (short), PID, COMMAND (<= 80), RUNTIME
@@ -28,7 +28,8 @@ COMMAND_LIMIT = 40
 WIDE_COMMAND_LIMIT = 80
 GIB = 2**30
 
-# Two blank lines separate the table from the topology title (current format, spec §1.6).
+# Two blank lines separate the table from the topology title (current format,
+# docs/reference/neuron-ls.md §Topology diagram).
 TABLE_TOPOLOGY_GAP = 2
 
 DeviceCell = Callable[[Device], str]
@@ -104,7 +105,7 @@ def process_cells(process: NeuronProcess, limit: int) -> list[str]:
 
 
 def header_lines(inv: Inventory) -> list[str]:
-    """``instance-type`` / ``instance-id`` lines printed right before every table (§1.2)."""
+    """``instance-type`` / ``instance-id`` lines before every table (docs/reference/neuron-ls.md §Header lines)."""
     return [f"instance-type: {inv.instance.instance_type}", f"instance-id: {inv.instance.instance_id}"]
 
 
@@ -147,7 +148,7 @@ def _go_escape(match: re.Match[str]) -> str:
 
 
 def device_json(inv: Inventory, device: Device, *, wide: bool, show_all: bool) -> dict[str, Any]:
-    """One element of the ``-j`` array, keys in neuron-ls order (§1.5)."""
+    """One element of the ``-j`` array, keys in neuron-ls order (docs/reference/neuron-ls.md §JSON output)."""
     limit = command_limit(wide)
     return {
         "neuron_device": device.index,

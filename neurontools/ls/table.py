@@ -1,4 +1,4 @@
-"""Bordered tables in the neuron-ls style (spec/neuron-tools.md §1.4).
+"""Bordered tables in the neuron-ls style (docs/reference/neuron-ls.md §Table rendering rules).
 
 A table has columns with a two-line header and rows organised in groups (one group per device:
 the device row, then continuation rows for its further processes). Example::

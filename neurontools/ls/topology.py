@@ -1,7 +1,7 @@
-"""The ``Neuron Device Topology`` diagram of ``neuron-ls --topology`` (spec/neuron-tools.md §1.6).
+"""The ``Neuron Device Topology`` diagram of ``neuron-ls --topology`` (docs/reference/neuron-ls.md §Topology diagram).
 
 The grid is derived from each device's ``connected_to`` list, whose four entries are the
-neighbours **up, left, down, right** (spec §0). A trn1.32xlarge 4x4 torus gives::
+neighbours **up, left, down, right** (docs/reference/trn1-platform.md §Torus). A trn1.32xlarge 4x4 torus gives::
 
     Neuron Device Topology
           *        *        *        *
@@ -170,9 +170,9 @@ def topology_lines(links: Links) -> list[str]:
     """Title, diagram and (when a wrap-around link is drawn) legend, one string per line.
 
     Devices without any link (a single-device trn1.2xlarge, whose ``connected_to`` is null) or
-    whose links do not form a grid: the real output is undocumented (spec §8 item 7). Our choice:
-    the title, a blank line and the nodes on one line (``[ 0 ]``), no legend since no wrap-around
-    link is drawn.
+    whose links do not form a grid: the real output is undocumented (docs/reference/neuron-ls.md
+    §Topology diagram). Our choice: the title, a blank line and the nodes on one line (``[ 0 ]``),
+    no legend since no wrap-around link is drawn.
     """
     has_links = any(conn for conn in links.values())
     grid = derive_grid(links) if has_links else None

@@ -1,9 +1,9 @@
 """``neuron-monitor``: collect metric groups on their periods and print one JSON report per line.
 
-Behaviour (spec/neuron-tools.md §3.1, choices for what the spec leaves open):
+Behaviour (docs/reference/neuron-monitor.md §Command line; choices where the real tool is undocumented):
 
 * ``neuron-monitor [-c/--config-file FILE] [--verbose N]``; without ``-c`` the default
-  configuration of §3.1. Bad flags or a bad configuration: one line on stderr, exit 1.
+  configuration of that section. Bad flags or a bad configuration: one line on stderr, exit 1.
 * The first report is written right after start, then one whenever a group is due. Wake-ups
   are scheduled from one monotonic start time (start + k * period per group, missed ticks are
   skipped), so the cadence does not drift; each wake-up fetches one daemon snapshot.
@@ -30,6 +30,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol, TextIO
 
+from neurontools.messages import one_line
 from neurontools.monitor.config import ConfigError, GroupKey, MonitorConfig, default_config, load_config
 from neurontools.report.builder import Report, ReportBuilder
 from neurontools.report.encoding import encode_report
@@ -229,7 +230,7 @@ def _names(keys: Collection[GroupKey]) -> list[str]:
 
 
 def _error(message: str) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    print(f"{PROG}: error: {one_line(message)}", file=sys.stderr, flush=True)
     return 1
 
 

@@ -1,4 +1,4 @@
-"""neuron-monitor configuration file (spec/neuron-tools.md §3.2).
+"""neuron-monitor configuration file (docs/reference/neuron-monitor.md §Configuration file).
 
 Semantics chosen where the real tool is undocumented:
 
@@ -63,7 +63,7 @@ def parse_duration(text: str) -> float:
 
     Unlike Go, a bare ``"0"`` is not accepted: every number needs a unit.
     """
-    quoted = json.dumps(text, ensure_ascii=False)
+    quoted = _json_value(text)
     rest = text
     negative = False
     if rest and rest[0] in "+-":
@@ -81,9 +81,12 @@ def parse_duration(text: str) -> float:
         if not unit:
             raise ValueError(f'invalid duration {quoted}: missing unit (use e.g. "5s", "500ms", "1m30s")')
         if unit not in _UNITS_NS:
-            raise ValueError(f"invalid duration {quoted}: unknown unit {json.dumps(unit, ensure_ascii=False)}")
+            raise ValueError(f"invalid duration {quoted}: unknown unit {_json_value(unit)}")
+        if len(whole.lstrip("0")) > 19:  # more than any duration holds (and than int() takes)
+            raise ValueError(f"invalid duration {quoted}: out of range")
         scale = _UNITS_NS[unit]
         ns = int(whole or "0") * scale
+        frac = (frac or "")[:20]  # digits past the 20th change less than a nanosecond
         if frac:
             ns += int(frac) * scale // 10 ** len(frac)
         total_ns += ns
@@ -164,7 +167,7 @@ class MonitorConfig:
 
 def default_config() -> MonitorConfig:
     """The configuration without ``-c``: every application group for every process, vcpu_usage and
-    memory_info, period 5 s (§3.1)."""
+    memory_info, period 5 s (docs/reference/neuron-monitor.md §Command line)."""
     return MonitorConfig(
         period=DEFAULT_PERIOD,
         neuron_runtimes=(
@@ -181,15 +184,25 @@ def default_config() -> MonitorConfig:
 # -- parsing --------------------------------------------------------------------------------------
 
 
+# characters that end a line for some readers although JSON leaves them as they are
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+_SHOWN_CHARS = 120
+
+
 def _json_value(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    """``value`` as JSON for a one-line message: control characters escaped, cut when long."""
+    try:
+        text = json.dumps(value, ensure_ascii=False).translate(_LINE_BREAKS)
+    except (ValueError, RecursionError):
+        text = type(value).__name__
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "..."
 
 
 def _check_keys(data: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
     for key in data:
         if key not in allowed:
             place = f"{where}: " if where else ""
-            raise ConfigError(f'{place}unknown key "{key}" (allowed: {", ".join(allowed)})')
+            raise ConfigError(f"{place}unknown key {_json_value(key)} (allowed: {', '.join(allowed)})")
 
 
 def _object(value: Any, where: str) -> Mapping[str, Any]:
@@ -293,7 +306,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, value in pairs:
         if key in result:
-            raise ConfigError(f'duplicate key "{key}"')
+            raise ConfigError(f"duplicate key {_json_value(key)}")
         result[key] = value
     return result
 
@@ -306,6 +319,12 @@ def parse_config(text: str) -> MonitorConfig:
         data = json.loads(text, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"not valid JSON: {exc.msg} (line {exc.lineno} column {exc.colno})") from None
+    except ConfigError:
+        raise
+    except RecursionError:
+        raise ConfigError("not valid JSON: nested too deeply") from None
+    except ValueError:  # an integer literal longer than Python converts (4300 digits)
+        raise ConfigError("not valid JSON: a number has too many digits") from None
     return config_from_dict(data)
 
 

@@ -1,8 +1,8 @@
-"""Assemble neuron-monitor reports (spec/neuron-tools.md §3) from daemon snapshots.
+"""Assemble neuron-monitor reports (docs/reference/neuron-monitor.md) from daemon snapshots.
 
 Each configured group is collected on its own schedule. ``ReportBuilder`` remembers, per group,
 the snapshot it was last collected from (its baseline) and its latest output; every report
-carries the latest output of every group collected so far (§3.3).
+carries the latest output of every group collected so far (docs/reference/neuron-monitor.md §Report).
 
 First collection of a group (no baseline, e.g. the first report after start): gauge groups
 (``memory_used``, ``memory_info``) are reported with ``period`` 0; rate and per-period-count

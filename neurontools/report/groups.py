@@ -1,6 +1,6 @@
 """One function per neuron-monitor group: turns a baseline and a current snapshot into the group object.
 
-Conventions (spec/neuron-tools.md §3):
+Conventions (docs/reference/neuron-monitor.md §Report, §Encoding):
 
 * every group object starts with ``period`` (seconds covered, from the daemon's monotonic clock,
   rounded to nanoseconds) and ends with ``error``;

@@ -1,4 +1,4 @@
-"""Names and key orders of the neuron-monitor report (spec/neuron-tools.md §3), written once.
+"""Names and key orders of the neuron-monitor report (docs/reference/neuron-monitor.md), written once.
 
 The report builder emits keys in exactly these orders, the encoder keeps insertion order, so the
 bytes on the wire match the real tool's struct order. Group tables carry a one-line description
@@ -39,7 +39,8 @@ GAUGE_GROUPS = frozenset({MEMORY_USED, MEMORY_INFO})
 # Group names of older tools, rejected in configuration files with a pointer to the new name.
 RENAMED_GROUPS: dict[str, tuple[str, str]] = {"inference_stats": (EXECUTION_STATS, "Neuron 2.5")}
 
-# Without -c: every application group for every Neuron process, plus vcpu_usage and memory_info (§3.1).
+# Without -c: every application group for every Neuron process, plus vcpu_usage and memory_info
+# (docs/reference/neuron-monitor.md §Command line).
 DEFAULT_APP_GROUPS = tuple(APP_GROUPS)
 DEFAULT_SYSTEM_GROUPS = (VCPU_USAGE, MEMORY_INFO)
 

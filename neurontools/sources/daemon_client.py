@@ -3,19 +3,33 @@
 Standard library only (``http.client``), so every tool starts fast and stays torch-free. Each call
 opens its own connection: callers are short CLI commands or background workers, and a fresh
 connection per request keeps the client safe to use from several threads.
+
+On TCP the daemon wants ``Authorization: Bearer <token>`` on every request that changes something
+(docs/security.md): the client sends ``NEURON_EMULATOR_TOKEN`` if set, else the token the daemon
+wrote to its token file when the address is this host's. The file is read at each such request, so
+a restarted daemon's new token is picked up.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
 from typing import Any
 
-from neurontools.sources.address import ENV_VAR, DaemonAddress, resolve_address
+from neurontools.sources.address import (
+    ENV_VAR,
+    TOKEN_ENV_VAR,
+    DaemonAddress,
+    is_local_host,
+    resolve_address,
+    token_path,
+)
 
 API_PREFIX = "/v1"
 DEFAULT_TIMEOUT = 10.0
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 class DaemonUnavailable(ConnectionError):
@@ -39,6 +53,10 @@ class DaemonError(RuntimeError):
         super().__init__(str(body.get("error") or body.get("detail") or f"HTTP {status}"))
 
 
+def _header_safe(token: str) -> bool:
+    return token.isascii() and token.isprintable() and " " not in token
+
+
 class _UnixHTTPConnection(http.client.HTTPConnection):
     def __init__(self, path: str, timeout: float) -> None:
         super().__init__("localhost", timeout=timeout)
@@ -59,6 +77,28 @@ class DaemonClient:
     def __init__(self, address: DaemonAddress | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.address = address if address is not None else resolve_address()
         self.timeout = timeout
+        self._local: bool | None = None  # is the TCP host this machine (may its token file be sent)?
+
+    def token(self) -> str | None:
+        """The bearer token for a TCP daemon: ``NEURON_EMULATOR_TOKEN``, else the daemon's token file
+        when the host is this machine (never sent elsewhere); None on a Unix socket."""
+        if self.address.socket_path is not None or self.address.port is None:
+            return None
+        env = os.environ.get(TOKEN_ENV_VAR, "").strip()
+        if env:
+            if not _header_safe(env):  # http.client would refuse it with a traceback
+                raise DaemonError(401, {"error": f"{TOKEN_ENV_VAR} is not a token (printable ASCII, no spaces)"})
+            return env
+        if self._local is None:
+            self._local = is_local_host(self.address.host or "")
+        if not self._local:
+            return None
+        try:
+            with open(token_path(self.address.port), encoding="ascii") as fh:
+                token = fh.read().strip()
+        except (OSError, UnicodeDecodeError):
+            return None  # no daemon wrote one: the daemon answers 401 and says where it keeps it
+        return token if token and _header_safe(token) else None
 
     def _connection(self) -> http.client.HTTPConnection:
         if self.address.socket_path is not None:
@@ -71,6 +111,10 @@ class DaemonClient:
         headers = {"Accept": "application/json"}
         if payload is not None:
             headers["Content-Type"] = "application/json"
+        if method.upper() not in READ_METHODS:
+            token = self.token()
+            if token:
+                headers["Authorization"] = f"Bearer {token}"
         conn = self._connection()
         try:
             try:

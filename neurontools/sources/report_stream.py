@@ -4,6 +4,9 @@ A daemon thread reads the stream line by line, so a consumer never blocks on it 
 it asks to: ``next_report(timeout)`` hands out reports in arrival order. Blank lines are skipped;
 a line that is not a JSON object is skipped and counted (``bad_lines``, ``last_error``), as the
 official companion scripts do. End of input is reported once every queued report was taken.
+
+A line is read up to ``MAX_LINE_BYTES``: a longer one is skipped as it arrives, never held in
+memory whole (docs/fuzzing.md); so is one nested too deeply for the JSON parser.
 """
 
 from __future__ import annotations
@@ -11,9 +14,27 @@ from __future__ import annotations
 import json
 import queue
 import threading
+from collections.abc import Iterator
 from typing import IO, Any
 
 MAX_QUEUED = 1000  # reports waiting to be taken; older ones are dropped first
+# a report of a trn1.32xlarge with 32 busy processes is a few hundred KB: 16 MiB is no real one
+MAX_LINE_BYTES = 16 << 20
+
+
+def read_lines(stream: IO[bytes], limit: int = MAX_LINE_BYTES) -> Iterator[bytes | None]:
+    """The lines of ``stream`` (with their newline); None for a line longer than ``limit``
+    bytes, whose rest is read and dropped in pieces of at most ``limit`` bytes."""
+    while True:
+        line = stream.readline(limit + 1)
+        if not line:
+            return
+        if len(line) <= limit or line.endswith(b"\n"):
+            yield line
+            continue
+        while line and not line.endswith(b"\n"):
+            line = stream.readline(limit + 1)
+        yield None
 
 
 class StreamEnded(EOFError):
@@ -41,16 +62,18 @@ class ReportStream:
 
     def _read(self) -> None:
         try:
-            for raw in iter(self._stream.readline, b""):
-                line = raw.strip()
-                if not line:
+            for raw in read_lines(self._stream):
+                if raw is None:
+                    report, error = None, f"line longer than {MAX_LINE_BYTES} bytes"
+                elif not (line := raw.strip()):
                     continue
-                try:
-                    report = json.loads(line)
-                except ValueError as exc:
-                    report, error = None, f"not JSON: {exc}"
                 else:
-                    error = "" if isinstance(report, dict) else "not a JSON object"
+                    try:
+                        report = json.loads(line)
+                    except (ValueError, RecursionError) as exc:
+                        report, error = None, f"not JSON: {exc}"
+                    else:
+                        error = "" if isinstance(report, dict) else "not a JSON object"
                 if error:
                     self.bad_lines += 1
                     self.last_error = error

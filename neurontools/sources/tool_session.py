@@ -7,31 +7,33 @@ as long as it runs. Registration is best effort: a tool that cannot register sti
 
 from __future__ import annotations
 
-import contextlib
 import os
 from types import TracebackType
+from typing import Any
 
 from neurontools.inventory import NOT_A_RUNTIME, TOOL
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
+from neurontools.sources.registration import Registration
 
 
-class ToolSession:
+class ToolSession(Registration):
     def __init__(self, client: DaemonClient, command: str) -> None:
-        self.client = client
         self.command = command
-        self.registered = False
+        super().__init__(client, self._body())
 
-    def open(self) -> None:
-        body = {
+    def _body(self) -> dict[str, Any]:
+        return {
             "pid": os.getpid(),
             "command": self.command,
             "tag": os.environ.get("NEURON_PROCESS_TAG", "")[:255],
             "runtime_version": NOT_A_RUNTIME,
             "kind": TOOL,
         }
+
+    def open(self) -> None:
+        self.body = self._body()
         try:
-            self.client.post("/processes", body)
-            self.registered = True
+            self.register()
         except DaemonError:
             self.registered = False  # e.g. the daemon cannot see our PID: list without ourselves
 
@@ -39,26 +41,15 @@ class ToolSession:
         """Register if this tool is not (or no longer: a restarted daemon forgets it) known to the
         daemon. Returns False when the daemon cannot be reached, so the caller tries again later."""
         try:
-            if self.registered and self._known():
-                return True
-            self.open()
+            self.refresh()
         except DaemonUnavailable:
             return False
-        return True
-
-    def _known(self) -> bool:
-        try:
-            self.client.get(f"/processes/{os.getpid()}")
-        except DaemonError as exc:
-            return exc.status != 404  # another refusal: registering again would not fix it
+        except DaemonError:
+            self.registered = False
         return True
 
     def close(self) -> None:
-        if not self.registered:
-            return
-        self.registered = False
-        with contextlib.suppress(DaemonError, DaemonUnavailable):  # daemon gone: nothing of ours to free
-            self.client.delete(f"/processes/{os.getpid()}")
+        self.unregister()  # daemon gone: nothing of ours to free
 
     def __enter__(self) -> ToolSession:
         self.open()

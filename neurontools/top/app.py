@@ -24,6 +24,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.worker import get_current_worker
 
 from neurontools import __version__
+from neurontools.messages import one_line
 from neurontools.sources.address import AddressError, DaemonAddress, parse_address, resolve_address
 from neurontools.sources.report_stream import ReportStream
 from neurontools.top.cli import PROG, USAGE, Options, UsageError, parse_args
@@ -219,7 +220,7 @@ class NeuronTopApp(App[None]):
 
 
 def _error(message: str) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    print(f"{PROG}: error: {one_line(message)}", file=sys.stderr, flush=True)
     return 1
 
 
@@ -287,4 +288,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
         with contextlib.suppress(Exception):
             sampler.close()
+    _report_skipped(source)
     return app.return_code or 0
+
+
+def _report_skipped(source: SampleSource) -> None:
+    """Once the screen is gone: one line on what the input stream held that was no report."""
+    if not isinstance(source, StreamSource) or not source.stream.bad_lines:
+        return
+    n = source.stream.bad_lines
+    what = "input line that was" if n == 1 else "input lines that were"
+    last = one_line(source.stream.last_error[:200])
+    print(f"{PROG}: skipped {n} {what} not neuron-monitor reports (last: {last})", file=sys.stderr, flush=True)

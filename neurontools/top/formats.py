@@ -1,4 +1,4 @@
-"""Number formats of neuron-top (spec/neuron-tools.md §2.1); ``None`` (missing data) prints as ``NA``."""
+"""Number formats of neuron-top (docs/reference/neuron-top.md §Number formats); ``None`` (no data) prints ``NA``."""
 
 from __future__ import annotations
 

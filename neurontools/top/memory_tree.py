@@ -1,4 +1,5 @@
-"""The Memory Usage Details tree (spec §2.1 row 10): device -> NeuronCore -> model -> categories.
+"""The Memory Usage Details tree: device -> NeuronCore -> model -> categories (docs/reference/neuron-top.md
+§Memory tree).
 
 Parent rows show the sum of their children. A model node holds what the model allocated at load
 time (its subgraphs on that core); what belongs to a core but to no model (tensors created while

@@ -1,4 +1,4 @@
-"""neuron-monitor report (spec/neuron-tools.md §3) -> ``Sample``, the mapping of spec §2.
+"""neuron-monitor report (docs/reference/neuron-monitor.md) -> ``Sample``, as mapped by docs/reference/neuron-top.md.
 
 Lenient by design: the report may come from a real neuron-monitor of any 2.x version. A group
 that is absent, carries an ``error``, or has a value of the wrong type leaves its figures ``None``
@@ -7,6 +7,7 @@ that is absent, carries an ``error``, or has a value of the wrong type leaves it
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +25,13 @@ from neurontools.top.model import AppSample, CoreStat, ModelMemory, Sample
 
 # executions that ran to the end, whatever their outcome: one training step each
 FINISHED_EXECUTIONS = ("completed", "completed_with_err", "completed_with_num_err")
+# Bounds of what a report may claim (docs/fuzzing.md): a number outside them is unknown (NA). No
+# counter of a real report reaches 2**63; no instance has more devices or cores per device than
+# these (trn1/trn2: 16 devices, 2 or 8 cores).
+MAX_INT = 2**63
+MAX_DEVICES = 1024
+MAX_CORES_PER_DEVICE = 64
+MAX_INDEX_DIGITS = 9
 
 
 def _obj(value: Any) -> Mapping[str, Any] | None:
@@ -32,19 +40,26 @@ def _obj(value: Any) -> Mapping[str, Any] | None:
 
 
 def _num(value: Any) -> float | None:
+    """A finite number, or None (missing, not a number, NaN, infinite or beyond any counter)."""
     kind = type(value)
-    if kind is float or kind is int:
-        return float(value)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
+    if kind is not float and kind is not int:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        value = float(value) if isinstance(value, float) else int(value)
+    if isinstance(value, int):
+        return float(value) if -MAX_INT < value < MAX_INT else None
+    return value if math.isfinite(value) else None
 
 
 def _int(value: Any) -> int | None:
     if type(value) is int:
-        return value
+        return value if -MAX_INT < value < MAX_INT else None
     number = _num(value)
     return int(number) if number is not None and number.is_integer() else None
+
+
+def _in_range(value: int | None, limit: int) -> int | None:
+    return value if value is not None and 1 <= value <= limit else None
 
 
 def _path(data: Any, *keys: str) -> Any:
@@ -75,7 +90,9 @@ def _ints(data: Any, keys: tuple[str, ...]) -> dict[str, int] | None:
 
 
 def _core_index(key: Any) -> int | None:
-    return int(key) if isinstance(key, str) and key.isascii() and key.isdigit() else None
+    if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= MAX_INDEX_DIGITS:
+        return int(key)
+    return None
 
 
 def _core_stats(group: Mapping[str, Any] | None) -> dict[int, CoreStat] | None:
@@ -216,13 +233,16 @@ def sample_from_report(
     ``memo``: see ``ReportReader``; ``extras``: see ``app_from_entry``."""
     hardware = _obj(report.get("neuron_hardware_info")) or {}
     instance = _obj(report.get("instance_info")) or {}
-    hw_ok = not hardware.get("error") and bool(_int(hardware.get("neuron_device_count")))
+    device_count = _in_range(_int(hardware.get("neuron_device_count")), MAX_DEVICES)
+    hw_ok = not hardware.get("error") and device_count is not None
 
     def text(obj: Mapping[str, Any], key: str) -> str | None:
         value = obj.get(key)
         return value if isinstance(value, str) and value else None
 
-    cores_per_device = _int(hardware.get("neuroncore_per_device_count")) if hw_ok else None
+    cores_per_device = _in_range(_int(hardware.get("neuroncore_per_device_count")), MAX_CORES_PER_DEVICE)
+    if not hw_ok:
+        cores_per_device = None
     vcpu = _group(_obj(report.get("system_data")), VCPU_USAGE)
     runtimes = report.get("neuron_runtime_data")
     entries = runtimes if isinstance(runtimes, list) else []
@@ -232,7 +252,7 @@ def sample_from_report(
         instance_id=text(instance, "instance_id"),
         instance_type=text(instance, "instance_type"),
         neuroncore_version=text(hardware, "neuroncore_version") if hw_ok else None,
-        device_count=_int(hardware.get("neuron_device_count")) if hw_ok else None,
+        device_count=device_count if hw_ok else None,
         cores_per_device=cores_per_device or None,
         device_memory_size=(_int(hardware.get("neuron_device_memory_size")) or None) if hw_ok else None,
         system_vcpu=_cpu_pair(vcpu.get("average_usage")) if vcpu is not None else None,

@@ -35,6 +35,7 @@ MAX_TAG_LENGTH = 255  # NEURON_PROCESS_TAG limit of Runtime 2.x (docs/reference/
 
 
 HEARTBEAT_S = 1.0  # how often a training process makes sure the daemon still knows it
+ABSENT_HEARTBEAT_S = 0.25  # while no daemon answers: a refused connect costs ~50 us, so look often
 HEARTBEAT_TIMEOUT_S = 2.0  # a request of the heartbeat waits at most this long
 MIN_CHECK_GAP_S = 0.1  # failed reports wake the heartbeat; it checks at most this often
 ResumeState = dict[str, list[dict[str, Any]]]
@@ -130,7 +131,7 @@ class RuntimeSession:
 
     def _heartbeat(self) -> None:
         while not self._stop.is_set() and self.failure is None:
-            self._wake.wait(HEARTBEAT_S)
+            self._wake.wait(ABSENT_HEARTBEAT_S if self.absent else HEARTBEAT_S)
             self._wake.clear()
             gap = MIN_CHECK_GAP_S - (time.monotonic() - self._checked)
             if gap > 0 and self._stop.wait(gap):

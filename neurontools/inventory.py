@@ -57,6 +57,23 @@ class HardwareInfo:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    # The one place of the core/device arithmetic: global NeuronCore ids run device by device,
+    # neuroncore_per_device_count each (docs/reference/trn1-platform.md §Devices and NeuronCores).
+
+    @property
+    def core_count(self) -> int:
+        """NeuronCores of the instance."""
+        return self.neuron_device_count * self.neuroncore_per_device_count
+
+    def device_of(self, core: int) -> int:
+        """The device a global NeuronCore id belongs to."""
+        return core // max(self.neuroncore_per_device_count, 1)
+
+    def cores_of(self, device: int) -> range:
+        """The global NeuronCore ids of one device."""
+        per = self.neuroncore_per_device_count
+        return range(device * per, (device + 1) * per)
+
 
 @dataclass(frozen=True)
 class Device:
@@ -124,7 +141,7 @@ class Inventory:
         return Inventory(self.instance, self.hardware, self.devices, tuple(processes))
 
     def device_of_core(self, core: int) -> int:
-        return core // self.hardware.neuroncore_per_device_count
+        return self.hardware.device_of(core)
 
     def processes_on(self, device: Device, *, include_tools: bool) -> list[NeuronProcess]:
         """Processes holding ``device``, in attach order (then PID).

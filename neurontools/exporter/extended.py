@@ -21,14 +21,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
 from neurontools import __version__
-from neurontools.exporter.collector import (
-    LINK_TYPES,
-    CollectedState,
-    core_count,
-    device_of,
-    hbm_by_core,
-    owners,
-)
+from neurontools.exporter.collector import CollectedState
 from neurontools.exporter.fields import (
     ENGINE_LABEL_VALUES,
     FAMILIES,
@@ -37,6 +30,7 @@ from neurontools.exporter.fields import (
     PER_PROCESS_FAMILIES,
     Family,
 )
+from neurontools.report.period import LINK_TYPES
 from neurontools.report.schema import ERROR_SUMMARY_KEYS, EXECUTION_SUMMARY_KEYS, HW_COUNTER_KEYS, VCPU_FIELDS
 
 Sample = tuple[tuple[str, ...], Any]  # label values in the family's label order, value
@@ -50,7 +44,8 @@ def _cores(state: CollectedState) -> list[tuple[str, str, int]]:
     snap = state.snapshot
     if snap is None:
         return []
-    return [(str(device_of(snap, c)), str(c), c) for c in range(core_count(snap))]
+    hardware = snap.hardware
+    return [(str(hardware.device_of(c)), str(c), c) for c in range(hardware.core_count)]
 
 
 def _instance_info(state: CollectedState) -> list[Sample]:
@@ -79,12 +74,13 @@ def _engine_busy(state: CollectedState) -> list[Sample]:
 
 
 def _engine_utilization(state: CollectedState) -> list[Sample]:
-    if state.rates is None:
+    period = state.rated
+    if period is None:
         return []
     return [
-        ((d, c, e), state.rates[core].engines[e])
+        ((d, c, e), period.cores[core].engine_utilization(e))
         for d, c, core in _cores(state)
-        if core in state.rates
+        if core in period.cores
         for e in ENGINE_LABEL_VALUES
     ]
 
@@ -94,24 +90,18 @@ def _flops(state: CollectedState) -> list[Sample]:
 
 
 def _in_use(state: CollectedState) -> list[Sample]:
-    if state.snapshot is None:
+    if state.measured is None:
         return []
-    owned = owners(state.snapshot)
+    owned = state.measured.owners
     return [((d, c), 1 if core in owned else 0) for d, c, core in _cores(state)]
 
 
 def _hbm_used(state: CollectedState) -> list[Sample]:
-    snap = state.snapshot
-    if snap is None:
+    period = state.measured
+    if period is None:
         return []
-    per_device: dict[int, dict[str, int]] = {
-        dev: dict.fromkeys(HBM_CATEGORIES, 0) for dev in range(snap.hardware.neuron_device_count)
-    }
-    for core, usage in hbm_by_core(snap).items():
-        per = per_device.setdefault(device_of(snap, core), dict.fromkeys(HBM_CATEGORIES, 0))
-        for cat, value in usage.items():
-            per[cat] += value
-    return [((str(dev), cat), v) for dev, per in sorted(per_device.items()) for cat, v in per.items()]
+    devices = range(period.cur.hardware.neuron_device_count)
+    return [((str(dev), cat), v) for dev in devices for cat, v in period.hbm_of_device(dev).items()]
 
 
 def _hbm_total(state: CollectedState) -> list[Sample]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Query, Request
@@ -27,14 +27,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from neurontools import __version__
-from neurontools.exporter.collector import (
-    CollectedState,
-    core_count,
-    core_deltas,
-    device_of,
-    hbm_by_core,
-    owners,
-)
+from neurontools.exporter.collector import CollectedState
 from neurontools.exporter.fields import BY_NAME, ENGINE_LABEL_VALUES, HBM_CATEGORIES
 from neurontools.exporter.history import HISTORY_ROWS, History
 from neurontools.inventory import HardwareInfo, InstanceIdentity
@@ -229,19 +222,15 @@ def instance_view(state: CollectedState) -> InstanceResponse:
 
 
 def devices_view(state: CollectedState) -> list[DeviceResponse]:
-    snap = _collected(state).snapshot
-    assert snap is not None
-    hbm = hbm_by_core(snap)
+    period = _collected(state).measured
+    assert period is not None
+    snap = period.cur
     inventory = {d.index: d for d in state.inventory.devices} if state.inventory is not None else {}
     ecc = {c.neuron_device_index: c for c in snap.hardware_counters}
     out = []
-    per_device = snap.hardware.neuroncore_per_device_count
     for index in range(snap.hardware.neuron_device_count):
-        cores = list(range(index * per_device, (index + 1) * per_device))
-        used = dict.fromkeys(HBM_CATEGORIES, 0)
-        for core in cores:
-            for cat, value in hbm.get(core, {}).items():
-                used[cat] += value
+        cores = list(snap.hardware.cores_of(index))
+        used = period.hbm_of_device(index)
         dev = inventory.get(index)
         counters = ecc.get(index)
         out.append(
@@ -261,24 +250,23 @@ def devices_view(state: CollectedState) -> list[DeviceResponse]:
 
 
 def neuroncores_view(state: CollectedState) -> list[NeuronCoreResponse]:
-    snap = _collected(state).snapshot
-    assert snap is not None
-    hbm = hbm_by_core(snap)
-    owned = owners(snap)
+    period = _collected(state).measured
+    assert period is not None
+    rated = state.rated
     out = []
-    for core in range(core_count(snap)):
-        rates = state.rates.get(core) if state.rates is not None else None
-        proc = owned.get(core)
+    for core in range(period.core_count):
+        work = rated.cores.get(core) if rated is not None else None
+        proc = period.owners.get(core)
         out.append(
             NeuronCoreResponse(
                 neuroncore=core,
-                neuron_device=device_of(snap, core),
+                neuron_device=period.cur.hardware.device_of(core),
                 owner=Owner(pid=proc.pid, runtime_tag=proc.tag) if proc else None,
                 period_seconds=state.period,
-                utilization=rates.utilization if rates else None,
-                engine_utilization=dict(rates.engines) if rates else None,
-                flops_per_second=rates.flops_per_second if rates else None,
-                hbm_used_bytes=hbm.get(core, dict.fromkeys(HBM_CATEGORIES, 0)),
+                utilization=work.utilization if work else None,
+                engine_utilization=work.engine_utilizations if work else None,
+                flops_per_second=work.flops_per_second if work else None,
+                hbm_used_bytes=period.hbm.get(core, dict.fromkeys(HBM_CATEGORIES, 0)),
                 busy_seconds_total=state.totals.busy.get(core, 0.0),
                 flops_total=state.totals.flops.get(core, 0),
             )
@@ -287,14 +275,13 @@ def neuroncores_view(state: CollectedState) -> list[NeuronCoreResponse]:
 
 
 def _process_utilization(state: CollectedState, proc: ProcessSnapshot) -> dict[str, float] | None:
-    prev, cur, seconds = state.previous, state.snapshot, state.period
-    if prev is None or cur is None or not seconds:
+    """Busy share of each core the process owns over the last period; None for a process new
+    since the period's start (its counters have no baseline yet)."""
+    rated = state.rated
+    process = rated.process(proc.pid) if rated is not None and rated.seconds > 0 else None
+    if process is None or process.before is None or not process.before.is_runtime:
         return None
-    before = prev.process(proc.pid)
-    if before is None or not before.is_runtime:
-        return None
-    deltas = core_deltas(prev, replace(cur, processes=(proc,)))
-    return {str(c): min(max(deltas[c].busy / seconds, 0.0), 1.0) if c in deltas else 0.0 for c in proc.neuroncores}
+    return {str(c): process.cores[c].utilization if c in process.cores else 0.0 for c in proc.neuroncores}
 
 
 def processes_view(state: CollectedState) -> list[ProcessResponse]:
@@ -341,11 +328,11 @@ def history_view(
     if neuroncore is not None:
         if not spec.per_core:
             raise ApiError(400, f"metric {metric!r} is not per NeuronCore: leave out 'neuroncore'")
-        count = core_count(snap)
+        count = snap.hardware.core_count
         if not 0 <= neuroncore < count:
             raise ApiError(400, f"neuroncore {neuroncore} out of range (this instance has NeuronCores 0-{count - 1})")
     if spec.per_core:
-        cores: list[int | None] = [neuroncore] if neuroncore is not None else list(range(core_count(snap)))
+        cores: list[int | None] = [neuroncore] if neuroncore is not None else list(range(snap.hardware.core_count))
     else:
         cores = [None]
     start = since if since is not None else -math.inf

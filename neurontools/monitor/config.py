@@ -25,25 +25,34 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neurontools.report.schema import (
-    APP_GROUPS,
-    DEFAULT_APP_GROUPS,
-    DEFAULT_SYSTEM_GROUPS,
-    RENAMED_GROUPS,
-    SYSTEM_GROUPS,
+from neurontools.report.monitor_config import (
+    DEFAULT_PERIOD,
+    MATCH_ALL,
+    GroupKey,
+    MetricGroup,
+    MonitorConfig,
+    RuntimeSelector,
+    default_config,
 )
+from neurontools.report.schema import APP_GROUPS, RENAMED_GROUPS, SYSTEM_GROUPS
 from neurontools.report.snapshot import json_type_name
 
-DEFAULT_PERIOD = 5.0
 MIN_PERIOD = 0.1
-MATCH_ALL = ".*"
 
-# (runtime entry index or None for system groups, group type)
-GroupKey = tuple[int | None, str]
+__all__ = [  # the model lives in report.monitor_config; this module reads files into it
+    "ConfigError",
+    "GroupKey",
+    "MetricGroup",
+    "MonitorConfig",
+    "RuntimeSelector",
+    "default_config",
+    "load_config",
+    "parse_config",
+    "parse_duration",
+]
 
 
 class ConfigError(ValueError):
@@ -108,77 +117,6 @@ def format_duration(seconds: float) -> str:
     h, rem = divmod(s, 3600)
     m, s = divmod(rem, 60)
     return (f"{h}h" if h else "") + (f"{m}m" if m else "") + (f"{s}s" if s else "")
-
-
-# -- model ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MetricGroup:
-    """One configured group with its resolved period."""
-
-    type: str
-    period: float  # seconds (metric > runtime entry > root)
-    runtime: int | None = None  # index of its neuron_runtimes entry; None for a system group
-
-    @property
-    def key(self) -> GroupKey:
-        return (self.runtime, self.type)
-
-
-@dataclass(frozen=True)
-class RuntimeSelector:
-    """One ``neuron_runtimes[]`` entry: which processes, which application-level groups."""
-
-    tag_filter: str
-    period: float
-    metrics: tuple[MetricGroup, ...] = ()
-    pattern: re.Pattern[str] = field(default=re.compile(MATCH_ALL), compare=False, repr=False)
-
-    def matches(self, tag: str) -> bool:
-        return self.pattern.search(tag) is not None
-
-
-@dataclass(frozen=True)
-class MonitorConfig:
-    period: float = DEFAULT_PERIOD
-    neuron_runtimes: tuple[RuntimeSelector, ...] = ()
-    system_metrics: tuple[MetricGroup, ...] = ()
-
-    @property
-    def groups(self) -> tuple[MetricGroup, ...]:
-        """Every configured group: application groups of each runtime entry, then system groups."""
-        app = tuple(m for entry in self.neuron_runtimes for m in entry.metrics)
-        return app + self.system_metrics
-
-    def group_keys(self) -> tuple[GroupKey, ...]:
-        return tuple(g.key for g in self.groups)
-
-    def periods(self) -> dict[GroupKey, float]:
-        return {g.key: g.period for g in self.groups}
-
-    def runtime_for(self, tag: str) -> int | None:
-        """Index of the first ``neuron_runtimes`` entry watching a process with this tag, or None."""
-        for index, entry in enumerate(self.neuron_runtimes):
-            if entry.matches(tag):
-                return index
-        return None
-
-
-def default_config() -> MonitorConfig:
-    """The configuration without ``-c``: every application group for every process, vcpu_usage and
-    memory_info, period 5 s (docs/reference/neuron-monitor.md §Command line)."""
-    return MonitorConfig(
-        period=DEFAULT_PERIOD,
-        neuron_runtimes=(
-            RuntimeSelector(
-                tag_filter=MATCH_ALL,
-                period=DEFAULT_PERIOD,
-                metrics=tuple(MetricGroup(t, DEFAULT_PERIOD, 0) for t in DEFAULT_APP_GROUPS),
-            ),
-        ),
-        system_metrics=tuple(MetricGroup(t, DEFAULT_PERIOD) for t in DEFAULT_SYSTEM_GROUPS),
-    )
 
 
 # -- parsing --------------------------------------------------------------------------------------

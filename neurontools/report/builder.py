@@ -30,6 +30,8 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from neurontools.report import groups as g
+from neurontools.report.monitor_config import GroupKey, MonitorConfig
+from neurontools.report.period import Period, measure
 from neurontools.report.schema import (
     APP_GROUPS,
     EXECUTION_STATS,
@@ -45,46 +47,37 @@ from neurontools.report.snapshot import LoadedModel, ProcessMemory, ProcessSnaps
 
 if TYPE_CHECKING:
     from neurontools.inventory import HardwareInfo, InstanceIdentity
-    from neurontools.monitor.config import GroupKey, MonitorConfig
 
 Report = dict[str, Any]
 
 
-def app_group(
-    group: str,
-    base: Snapshot | None,
-    cur: Snapshot,
-    proc: ProcessSnapshot,
-    memory: g.MemoryParts | None = None,
-) -> g.Group | None:
-    """One application-level group of ``proc``; None when it cannot be computed yet. ``memory``:
-    ``memory_used``'s parts when the caller has them already."""
-    seconds = g.elapsed(base, cur)
+def app_group(group: str, period: Period, proc: ProcessSnapshot, memory: g.MemoryParts | None = None) -> g.Group | None:
+    """One application-level group of ``proc`` over ``period``; None when it cannot be computed
+    yet. ``memory``: ``memory_used``'s parts when the caller has them already."""
     if group == MEMORY_USED:
-        return g.memory_used(proc, seconds, memory)
-    if base is None:
+        return g.memory_used(proc, period.seconds, memory)
+    process = period.process(proc.pid)
+    if period.base is None or process is None:
         return None
-    before = base.process(proc.pid)
     if group == NEURONCORE_COUNTERS:
-        return g.neuroncore_counters(before, proc, seconds)
+        return g.neuroncore_counters(process)
     if group == EXECUTION_STATS:
-        return g.execution_stats(before, proc, base.monotonic, cur.monotonic, seconds)
+        return g.execution_stats(process, period.base.monotonic, period.cur.monotonic)
     if group == NEURON_RUNTIME_VCPU_USAGE:
-        return g.runtime_vcpu_usage(before, proc, seconds)
+        return g.runtime_vcpu_usage(process)
     raise ValueError(f"not an application-level group: {group!r}")
 
 
-def system_group(group: str, base: Snapshot | None, cur: Snapshot) -> g.Group | None:
-    """One system-level group; None when it cannot be computed yet."""
-    seconds = g.elapsed(base, cur)
+def system_group(group: str, period: Period) -> g.Group | None:
+    """One system-level group over ``period``; None when it cannot be computed yet."""
     if group == MEMORY_INFO:
-        return g.memory_info(cur, seconds)
-    if base is None:
+        return g.memory_info(period.cur, period.seconds)
+    if period.base is None:
         return None
     if group == VCPU_USAGE:
-        return g.vcpu_usage(base, cur, seconds)
+        return g.vcpu_usage(period)
     if group == NEURON_HW_COUNTERS:
-        return g.neuron_hw_counters(base, cur, seconds)
+        return g.neuron_hw_counters(period)
     raise ValueError(f"not a system-level group: {group!r}")
 
 
@@ -123,8 +116,22 @@ class ReportBuilder:
             return list(self._keys)
         return [key for key in self._keys if key in due]
 
-    def update(self, cur: Snapshot, due: Collection[GroupKey] | None = None) -> Report:
-        """Collect the ``due`` groups (default: all) from ``cur`` and return the full report."""
+    def update(self, cur: Snapshot, due: Collection[GroupKey] | None = None, period: Period | None = None) -> Report:
+        """Collect the ``due`` groups (default: all) from ``cur`` and return the full report.
+
+        ``period``: the caller's ``measure(base, cur)`` when it has one (read for every group whose
+        baseline is ``base``). A group with another baseline gets its own period, measured once
+        per baseline."""
+        periods: dict[int, Period] = {}
+        if period is not None and period.cur is cur:
+            periods[id(period.base)] = period
+
+        def period_from(base: Snapshot | None) -> Period:
+            known = periods.get(id(base))
+            if known is None:
+                known = periods[id(base)] = measure(base, cur)
+            return known
+
         watched: list[tuple[ProcessSnapshot, int]] = []
         for proc in cur.runtime_processes:
             entry = self.config.runtime_for(proc.tag)
@@ -138,7 +145,7 @@ class ReportBuilder:
             runtime, group = key
             base = self._base.get(key)
             if runtime is None:
-                out = system_group(group, base, cur)
+                out = system_group(group, period_from(base))
                 if out is None:
                     self._system.pop(group, None)
                 else:
@@ -149,7 +156,7 @@ class ReportBuilder:
                         continue
                     outputs = self._app.setdefault(proc.pid, {})
                     memory = self._memory_parts(proc) if group == MEMORY_USED else None
-                    out = app_group(group, base, cur, proc, memory)
+                    out = app_group(group, period_from(base), proc, memory)
                     if out is None:
                         outputs.pop(group, None)
                     else:

@@ -1,18 +1,16 @@
-"""One function per neuron-monitor group: turns a baseline and a current snapshot into the group object.
+"""One function per neuron-monitor group: the group object in the report's format, written from
+the period's figures (``report.period``: counter increases, rates and shares are derived there,
+not here).
 
 Conventions (docs/reference/neuron-monitor.md §Report, §Encoding):
 
 * every group object starts with ``period`` (seconds covered, from the daemon's monotonic clock,
   rounded to nanoseconds) and ends with ``error``;
-* rates and per-period counts are differences of cumulative counters between the baseline and the
-  current snapshot; a counter that went backwards (a new process reusing a PID, a restarted daemon)
-  counts from zero, like a Prometheus counter reset;
-* a process missing from the baseline attached after it: its device counters (busy time, FLOPs,
-  executions, errors) started at zero when it attached, so they count from zero; its CPU times
-  are cumulative since the OS process started, so ``neuron_runtime_vcpu_usage`` has no baseline
-  and the group is left out for that process until its next collection (functions return None);
-* CPU percentages are rounded to 2 decimals the way Go's ``math.Round(x*100)/100`` does;
-  utilization is not rounded.
+* a process new since the baseline: its device counters count from zero; its CPU times have no
+  baseline, so ``neuron_runtime_vcpu_usage`` is left out for it until its next collection
+  (functions return None);
+* shares become percent here, where the format wants them; CPU percentages are rounded to 2
+  decimals the way Go's ``math.Round(x*100)/100`` does; utilization is not rounded.
 """
 
 from __future__ import annotations
@@ -22,13 +20,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from neurontools.inventory import HardwareInfo, InstanceIdentity
+from neurontools.report.period import Period, ProcessPeriod
 from neurontools.report.schema import (
     CORE_MEMORY_KEYS,
-    ERROR_SUMMARY_KEYS,
-    EXECUTION_SUMMARY_KEYS,
     HARDWARE_INFO_KEYS,
     HOST_MEMORY_KEYS,
-    HW_COUNTER_KEYS,
     INSTANCE_INFO_KEYS,
     MEMORY_INFO,
     NEURON_HW_COUNTERS,
@@ -38,25 +34,12 @@ from neurontools.report.schema import (
     VCPU_FIELDS,
     VCPU_USAGE,
 )
-from neurontools.report.snapshot import (
-    CoreCounters,
-    LoadedModel,
-    ProcessSnapshot,
-    Snapshot,
-    VcpuTimes,
-)
+from neurontools.report.snapshot import LoadedModel, ProcessSnapshot, Snapshot
 
 Group = dict[str, Any]
 
 
 # -- arithmetic -----------------------------------------------------------------------------------
-
-
-def elapsed(prev: Snapshot | None, cur: Snapshot) -> float:
-    """Seconds between two snapshots on the daemon's monotonic clock (0 without a baseline)."""
-    if prev is None:
-        return 0.0
-    return max(cur.monotonic - prev.monotonic, 0.0)
 
 
 def period_value(seconds: float) -> float:
@@ -73,11 +56,9 @@ def go_round2(value: float) -> float:
     return whole / 100
 
 
-def counter_delta(cur: float, prev: float | None) -> float:
-    """Increase of a cumulative counter; a counter that went backwards restarted from zero."""
-    if prev is None or cur < prev:
-        return cur
-    return cur - prev
+def percent(share: float) -> float:
+    """A 0-1 share as the report's percent."""
+    return share * 100
 
 
 def percentiles(values: Iterable[float]) -> dict[str, float] | None:
@@ -96,42 +77,34 @@ def _envelope(period: float, body: Mapping[str, Any], error: str = "") -> Group:
 # -- application-level groups ---------------------------------------------------------------------
 
 
-def neuroncore_counters(prev: ProcessSnapshot | None, cur: ProcessSnapshot, seconds: float) -> Group:
-    """Utilization (percent, not rounded) and FLOP/s of every core the process owns."""
-    zero = CoreCounters(busy=0.0, flops=0)
+def neuroncore_counters(process: ProcessPeriod) -> Group:
+    """Utilization (percent, not rounded) and FLOP/s (truncated) of every core the process owns."""
+    seconds = process.seconds
     in_use: dict[str, Any] = {}
-    for core in sorted(set(cur.neuroncores) | set(cur.cores)):
-        now = cur.cores.get(core, zero)
-        before = prev.cores.get(core) if prev is not None else None
-        busy = counter_delta(now.busy, before.busy if before else None)
-        flops = counter_delta(now.flops, before.flops if before else None)
+    for core, work in process.cores.items():
         if seconds > 0:
-            utilization = min(max(busy / seconds * 100, 0.0), 100.0)
-            rate = int(flops / seconds)
+            utilization, rate = percent(work.utilization), int(work.flops / seconds)
         else:
             utilization, rate = 0.0, 0
         in_use[str(core)] = {"neuroncore_utilization": float(utilization), "flops": rate}
     return _envelope(seconds, {"neuroncores_in_use": in_use})
 
 
-def execution_stats(
-    prev: ProcessSnapshot | None, cur: ProcessSnapshot, since: float, until: float, seconds: float
-) -> Group:
-    """Executions and errors during the period, latency percentiles of executions that ended in it."""
-    errors = {
-        k: int(counter_delta(getattr(cur.errors, k), getattr(prev.errors, k) if prev else None))
-        for k in ERROR_SUMMARY_KEYS
-    }
-    executions = {
-        k: int(counter_delta(getattr(cur.executions, k), getattr(prev.executions, k) if prev else None))
-        for k in EXECUTION_SUMMARY_KEYS
-    }
-    finished = [lat for lat in cur.latencies if since < lat.end <= until]
+def execution_stats(process: ProcessPeriod, since: float, until: float) -> Group:
+    """Executions and errors during the period, latency percentiles of executions that ended in
+    ``(since, until]`` (the period, on the daemon's monotonic clock)."""
+    counts = process.counts
+    finished = process.latencies(since, until)
     latency = {
         "total_latency": percentiles(lat.total for lat in finished),
         "device_latency": percentiles(lat.device for lat in finished),
     }
-    return _envelope(seconds, {"error_summary": errors, "execution_summary": executions, "latency_stats": latency})
+    body = {
+        "error_summary": dict(counts.errors),
+        "execution_summary": dict(counts.executions),
+        "latency_stats": latency,
+    }
+    return _envelope(process.seconds, body)
 
 
 def _loaded_model(model: LoadedModel) -> dict[str, Any]:
@@ -187,21 +160,22 @@ def memory_used(cur: ProcessSnapshot, seconds: float, parts: MemoryParts | None 
     return _envelope(seconds, {"neuron_runtime_used_bytes": used, "loaded_models": models})
 
 
-def runtime_vcpu_usage(prev: ProcessSnapshot | None, cur: ProcessSnapshot, seconds: float) -> Group | None:
+def runtime_vcpu_usage(process: ProcessPeriod) -> Group | None:
     """CPU time of the process during the period, in percent of one vCPU (rounded to 2 decimals).
 
     Unreadable CPU times give zeros and the daemon's ``cpu_error``; no baseline gives None.
     """
+    cur = process.proc
     if cur.cpu is None:
         error = cur.cpu_error or f"CPU times of process {cur.pid} are not readable"
-        return _envelope(seconds, {"vcpu_usage": dict.fromkeys(PROCESS_CPU_FIELDS, 0.0)}, error)
-    if prev is None or prev.cpu is None:
+        return _envelope(process.seconds, {"vcpu_usage": dict.fromkeys(PROCESS_CPU_FIELDS, 0.0)}, error)
+    if process.cpu_seconds is None:
         return None
     usage = {}
     for k in PROCESS_CPU_FIELDS:
-        spent = counter_delta(getattr(cur.cpu, k), getattr(prev.cpu, k))
-        usage[k] = go_round2(spent / seconds * 100) if seconds > 0 else 0.0
-    return _envelope(seconds, {"vcpu_usage": usage})
+        share = process.cpu_share(k)
+        usage[k] = go_round2(percent(share)) if share is not None and process.seconds > 0 else 0.0
+    return _envelope(process.seconds, {"vcpu_usage": usage})
 
 
 # -- system-level groups --------------------------------------------------------------------------
@@ -220,44 +194,27 @@ def memory_info(cur: Snapshot, seconds: float) -> Group:
     )
 
 
-def _cpu_shares(prev: VcpuTimes, cur: VcpuTimes) -> dict[str, float] | None:
-    spent = {k: max(getattr(cur, k) - getattr(prev, k), 0.0) for k in VCPU_FIELDS}
-    total = sum(spent.values())
-    if total <= 0:
-        return None
-    return {k: v / total * 100 for k, v in spent.items()}
-
-
-def vcpu_usage(prev: Snapshot, cur: Snapshot, seconds: float) -> Group:
+def vcpu_usage(period: Period) -> Group:
     """Per-vCPU shares of time by state (sum ~100) and their mean, context switches during the period.
 
     A vCPU without elapsed time (or new since the baseline) shows zeros and is left out of the mean.
     """
     usage_data: dict[str, dict[str, float]] = {}
-    shares_list = []
-    for i, now in enumerate(cur.host.vcpus):
-        shares = _cpu_shares(prev.host.vcpus[i], now) if i < len(prev.host.vcpus) else None
-        if shares is not None:
-            shares_list.append(shares)
-        usage_data[str(i)] = {k: go_round2(shares[k]) if shares else 0.0 for k in VCPU_FIELDS}
-    average = {
-        k: go_round2(sum(s[k] for s in shares_list) / len(shares_list)) if shares_list else 0.0 for k in VCPU_FIELDS
-    }
-    switches = int(counter_delta(cur.host.context_switches, prev.host.context_switches))
-    return _envelope(seconds, {"average_usage": average, "usage_data": usage_data, "context_switch_count": switches})
+    shown = []
+    for i, shares in enumerate(period.vcpu_shares):
+        row = {k: percent(shares[k]) for k in VCPU_FIELDS} if shares is not None else None
+        if row is not None:
+            shown.append(row)
+        usage_data[str(i)] = {k: go_round2(row[k]) if row else 0.0 for k in VCPU_FIELDS}
+    average = {k: go_round2(sum(r[k] for r in shown) / len(shown)) if shown else 0.0 for k in VCPU_FIELDS}
+    body = {"average_usage": average, "usage_data": usage_data, "context_switch_count": period.context_switches}
+    return _envelope(period.seconds, body)
 
 
-def neuron_hw_counters(prev: Snapshot, cur: Snapshot, seconds: float) -> Group:
+def neuron_hw_counters(period: Period) -> Group:
     """ECC events per device during the period, devices in index order."""
-    before = {d.neuron_device_index: d for d in prev.hardware_counters}
-    devices = []
-    for dev in sorted(cur.hardware_counters, key=lambda d: d.neuron_device_index):
-        old = before.get(dev.neuron_device_index)
-        entry: dict[str, int] = {"neuron_device_index": dev.neuron_device_index}
-        for k in HW_COUNTER_KEYS:
-            entry[k] = int(counter_delta(getattr(dev, k), getattr(old, k) if old else None))
-        devices.append(entry)
-    return _envelope(seconds, {"neuron_devices": devices})
+    devices = [{"neuron_device_index": index, **events} for index, events in period.ecc.items()]
+    return _envelope(period.seconds, {"neuron_devices": devices})
 
 
 def unavailable_system_group(group: str, error: str) -> Group:

@@ -1,8 +1,9 @@
 """Where neuron-top's data comes from: the emulator daemon, or neuron-monitor reports on a stream.
 
 Both produce ``Sample`` objects through the same mapping (``report_reader``): the daemon source
-builds the report from two snapshots with the monitor's ``ReportBuilder`` and adds what only the
-snapshot knows (``snapshot_extras``). Sources are used from one worker thread and may block.
+measures the period between two snapshots once (``report.period``), builds the report from it
+with the monitor's ``ReportBuilder`` and adds what only the snapshot knows (``snapshot_extras``:
+engine shares from the same period). Sources are used from one worker thread and may block.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import contextlib
 from dataclasses import replace
 from typing import Any, Protocol
 
-from neurontools.exporter.collector import monitor_config
 from neurontools.report.builder import ReportBuilder
+from neurontools.report.monitor_config import every_group_config
+from neurontools.report.period import measure
 from neurontools.report.snapshot import Snapshot, SnapshotError, SnapshotParser, fetch_snapshot
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
 from neurontools.sources.report_stream import ReportStream, StreamEnded
@@ -50,7 +52,7 @@ class DaemonSource:
     def __init__(self, client: Any, interval: float, tools_version: str, command: str = "neuron-top") -> None:
         self.client = client
         self.tools_version = tools_version
-        self.builder = ReportBuilder(monitor_config(interval))
+        self.builder = ReportBuilder(every_group_config(interval))
         self.reader = ReportReader(tools_version)
         self.parser = SnapshotParser()
         self.session = ToolSession(client, command)
@@ -69,8 +71,9 @@ class DaemonSource:
             raise SourceUnavailable(f"unexpected answer from the daemon at {self.address}: {exc}; retrying") from None
         if self._check_registration:
             self._register()
-        sample = self.reader.read(self.builder.update(cur), process_fields(cur))
-        sample = replace(sample, engines=engine_percents(self._prev, cur))
+        period = measure(self._prev, cur)  # every figure of this sample comes from it
+        sample = self.reader.read(self.builder.update(cur, period=period), process_fields(cur))
+        sample = replace(sample, engines=engine_percents(period))
         self._prev = cur
         return sample
 

@@ -118,15 +118,15 @@ def base_reports() -> list[dict[str, Any]]:
     from neurontools.monitor.config import default_config
     from neurontools.report.builder import ReportBuilder
     from neurontools.report.encoding import encode_report
-    from neurontools.report.snapshot import snapshot_from_dict
+    from tests.snapshots import parsed, recorded
 
     reports = [
         json.loads((FIXTURES / name).read_text()) for name in ("spec_illustrative_report.json", "spec_idle_line.json")
     ]
     builder = ReportBuilder(default_config())
     due = default_config().group_keys()
-    for name in ("trn1_2xlarge_train_prev.json", "trn1_2xlarge_train_cur.json"):
-        snap = snapshot_from_dict(json.loads((FIXTURES / name).read_text()))
+    for name in ("trn1_2xlarge_train_prev", "trn1_2xlarge_train_cur"):
+        snap = parsed(recorded(name))
         reports.append(json.loads(encode_report(builder.update(snap, due))))
     return reports
 

@@ -27,11 +27,11 @@ from neurontools.exporter.collector import Accumulator, history_values
 from neurontools.exporter.fields import FAMILIES, LATENCY_BUCKETS, PER_PROCESS_FAMILIES
 from neurontools.exporter.history import History
 from neurontools.exporter.rest import HISTORY_METRICS
-from neurontools.report.snapshot import snapshot_from_dict
+from neurontools.report.snapshot import Snapshot
+from tests.snapshots import parsed, recorded
 from tests.support import one_clear_line, run_tool, tool_env, wait_until
 from tests.test_training_e2e import read_until_done, train
 
-FIXTURES = Path(__file__).parent / "fixtures" / "report"
 EXTENDED = {f.name for f in FAMILIES + PER_PROCESS_FAMILIES}
 PROMTOOL = Path("/usr/bin/promtool")
 try:
@@ -446,12 +446,12 @@ def test_port_in_use_is_one_line() -> None:
 # -- collection semantics on recorded snapshots ---------------------------------------------------
 
 
-def _fixture(name: str):
-    return snapshot_from_dict(json.loads((FIXTURES / name).read_text()))
+def _fixture(name: str) -> Snapshot:
+    return parsed(recorded(name))
 
 
 def test_node_totals_keep_what_exited_processes_did() -> None:
-    prev, cur = _fixture("trn1_2xlarge_train_prev.json"), _fixture("trn1_2xlarge_train_cur.json")
+    prev, cur = _fixture("trn1_2xlarge_train_prev"), _fixture("trn1_2xlarge_train_cur")
     acc = Accumulator()
     first = acc.add(None, prev)
     second = acc.add(prev, cur)
@@ -480,6 +480,6 @@ def test_history_ring_is_bounded_and_ordered() -> None:
     assert [p.time for p in ring.points(("utilization", 0), since=7.0)] == [7.0, 9.0]
     assert ring.points(("nope", 0)) == [] and len(ring) == 4
     assert ring.memory_bytes() == 8 * 4 * 2
-    prev, cur = _fixture("trn1_2xlarge_train_prev.json"), _fixture("trn1_2xlarge_train_cur.json")
+    prev, cur = _fixture("trn1_2xlarge_train_prev"), _fixture("trn1_2xlarge_train_cur")
     assert {name for name, _ in history_values(prev, cur)} == set(HISTORY_METRICS)
     assert all(math.isfinite(v) for v in history_values(prev, cur).values())

@@ -37,7 +37,7 @@ from neurontools.exporter.compat_cli import build_registry, parse_args, pump
 from neurontools.monitor.config import parse_config
 from neurontools.report.builder import build_report
 from neurontools.report.schema import APP_GROUPS
-from neurontools.report.snapshot import snapshot_from_dict
+from tests.snapshots import parsed, recorded
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -196,7 +196,7 @@ def test_report_built_from_daemon_snapshots_gives_the_same_exposition() -> None:
             }
         )
     )
-    prev, cur = (snapshot_from_dict(load_report(f"trn1_2xlarge_train_{n}")) for n in ("prev", "cur"))
+    prev, cur = (parsed(recorded(f"trn1_2xlarge_train_{n}")) for n in ("prev", "cur"))
     expo = Exposition()
     assert expo.feed(build_report(prev, cur, config)) == []
     assert expo.text() == SPEC_GOLDEN.read_text(encoding="utf-8")

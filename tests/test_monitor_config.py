@@ -5,7 +5,6 @@ See docs/reference/neuron-monitor.md §Configuration file and §Command line.
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import os
@@ -29,8 +28,8 @@ from neurontools.monitor.config import (
 )
 from neurontools.sources.address import DaemonAddress
 from neurontools.sources.daemon_client import DaemonError, DaemonUnavailable
+from tests.snapshots import later, recorded
 
-FIXTURES = Path(__file__).parent / "fixtures" / "report"
 APP = ["execution_stats", "memory_used", "neuron_runtime_vcpu_usage", "neuroncore_counters"]
 
 SPEC_EXAMPLE = """{
@@ -271,21 +270,13 @@ def test_minimum_period_is_documented_value() -> None:
 
 # -- command line ---------------------------------------------------------------------------------
 
-SNAP = json.loads((FIXTURES / "trn1_2xlarge_train_prev.json").read_text())
+SNAP = recorded("trn1_2xlarge_train_prev")  # taken at daemon monotonic time 5000.0
 
 
 def snapshot_at(t: float) -> dict[str, Any]:
-    """The fixture snapshot as the daemon would answer at monotonic time ``t`` (1 s of busy time per s)."""
-    data = copy.deepcopy(SNAP)
-    data["monotonic"] = 5000.0 + t
-    data["time"] += t
-    proc = data["processes"][0]
-    proc["cores"]["0"]["busy"] += 0.5 * t
-    proc["executions"]["completed"] += int(10 * t)
-    for row in data["host"]["vcpus"]:
-        row["user"] += 0.25 * t
-        row["idle"] += 0.75 * t
-    return data
+    """The fixture snapshot as the daemon would answer at monotonic time 5000 + ``t``: core 0
+    busy half the time, 10 executions and 1 s of CPU time (a quarter of it user) per second."""
+    return later(SNAP, t, busy={0: 0.5}, completed=10, vcpu={"user": 0.25, "idle": 0.75})
 
 
 class FakeDaemon:

@@ -13,7 +13,9 @@ from neurontools.monitor.config import default_config, parse_config
 from neurontools.report import groups
 from neurontools.report.builder import ReportBuilder, build_report
 from neurontools.report.encoding import encode_report
-from neurontools.report.snapshot import Snapshot, SnapshotError, fetch_snapshot, snapshot_from_dict
+from neurontools.report.snapshot import SnapshotError, fetch_snapshot, snapshot_from_dict
+from tests.snapshots import later, recorded
+from tests.snapshots import parsed as snap
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
 
@@ -38,24 +40,12 @@ def load(name: str) -> dict[str, Any]:
     return json.loads((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
 
 
-PREV = load("trn1_2xlarge_train_prev")
-CUR = load("trn1_2xlarge_train_cur")
-
-
-def snap(data: dict[str, Any]) -> Snapshot:
-    return snapshot_from_dict(data)
+PREV = recorded("trn1_2xlarge_train_prev")
+CUR = recorded("trn1_2xlarge_train_cur")
 
 
 def config(data: dict[str, Any] | None = None):
     return parse_config(json.dumps(SPEC_CONFIG if data is None else data))
-
-
-def later(data: dict[str, Any], seconds: float = 1.0) -> dict[str, Any]:
-    """A copy of ``data`` taken ``seconds`` later with nothing changed."""
-    out = copy.deepcopy(data)
-    out["monotonic"] += seconds
-    out["time"] += seconds
-    return out
 
 
 def ordered(text: str) -> Any:

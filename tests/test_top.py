@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from neurontools.report.snapshot import LoadedModel
 from neurontools.sources.address import DaemonAddress
 from neurontools.sources.daemon_client import DaemonUnavailable
 from neurontools.sources.report_stream import ReportStream, StreamEnded
@@ -36,6 +37,7 @@ from neurontools.top.sampler import Sampler
 from neurontools.top.sources import DaemonSource, StreamSource
 from neurontools.top.view import core_values, device_memory, host_memory
 from neurontools.top.widgets.panel import TextPanel
+from tests import snapshots
 from tests.support import BIN, SPEC_INSTANCE_IDS, run_tool, tool_env, wait_until
 
 VERSION = "0.1.0"  # tools version shown in the title of the snapshots (fixed, not the installed one)
@@ -88,26 +90,16 @@ def _core_memory(core: int) -> dict[str, int]:
     }
 
 
-def _model(app: FakeApp, core: int, per_device: int) -> dict[str, Any]:
-    device = {"constants": 100 * MB, "model_code": 50 * MB, "runtime_memory": 1 * MB, "tensors": 0}
-    host = {"application_memory": 20480, "constants": 0, "dma_buffers": 0, "tensors": 0}
-    return {
-        "name": f"2.14.227.0+2d4f85be-/tmp/neuroncc_compile_workdir/{app.pid:04x}{core:04x}",
-        "uuid": f"{app.pid:016x}{core:016x}",
-        "model_id": 10001 + core,
-        "is_running": True,
-        "subgraphs": {
-            "sg_00": {
-                "memory_used_bytes": {
-                    "host": sum(host.values()),
-                    "neuron_device": sum(device.values()),
-                    "usage_breakdown": {"host": host, "neuron_device": device},
-                },
-                "neuroncore_index": core % per_device,
-                "neuron_device_index": core // per_device,
-            }
-        },
-    }
+def _model(app: FakeApp, core: int, per_device: int) -> LoadedModel:
+    return snapshots.loaded_model(
+        name=f"2.14.227.0+2d4f85be-/tmp/neuroncc_compile_workdir/{app.pid:04x}{core:04x}",
+        uuid=f"{app.pid:016x}{core:016x}",
+        model_id=10001 + core,
+        core=core,
+        per_device=per_device,
+        device={"constants": 100 * MB, "model_code": 50 * MB, "runtime_memory": 1 * MB, "tensors": 0},
+        host={"application_memory": 20480, "constants": 0, "dma_buffers": 0, "tensors": 0},
+    )
 
 
 class FakeDaemon:
@@ -139,85 +131,33 @@ class FakeDaemon:
 
     def snapshot(self) -> dict[str, Any]:
         devices, per = HARDWARE[self.instance_type]
-        processes = []
-        for app in self.apps:
-            c = self._counters[app.pid]
-            processes.append(
-                {
-                    "pid": app.pid,
-                    "tag": app.tag,
-                    "command": app.command,
-                    "runtime_version": "2.29.14",
-                    "kind": "runtime",
-                    "neuroncores": list(app.cores),
-                    "cpu": {"user": c.cpu[0], "system": c.cpu[1]},
-                    "cpu_error": "",
-                    "cores": {
-                        str(k): {"busy": c.busy[k], "flops": c.flops[k], "engines": c.engines[k]} for k in app.cores
-                    },
-                    "executions": {
-                        "completed": c.completed,
-                        "completed_with_err": 0,
-                        "completed_with_num_err": 0,
-                        "timed_out": 0,
-                        "incorrect_input": 0,
-                        "failed_to_queue": 0,
-                    },
-                    "errors": dict.fromkeys(("generic", "numerical", "transient", "model", "runtime", "hardware"), 0),
-                    "latencies": [],
-                    "compile_cache": {"hits": app.cache[0], "misses": app.cache[1]},
-                    "memory": {
-                        "host": {
-                            "application_memory": 2048 * MB,
-                            "constants": 0,
-                            "dma_buffers": 16 * MB,
-                            "tensors": 4 * MB,
-                        },
-                        "cores": {str(k): _core_memory(k) for k in app.cores},
-                    },
-                    "loaded_models": [_model(app, k, per) for k in app.cores],
-                }
+        processes = [
+            snapshots.runtime_process(
+                app.pid,
+                tag=app.tag,
+                command=app.command,
+                cores=app.cores,
+                busy=self._counters[app.pid].busy,
+                flops=self._counters[app.pid].flops,
+                engines=self._counters[app.pid].engines,
+                cpu=(self._counters[app.pid].cpu[0], self._counters[app.pid].cpu[1]),
+                completed=self._counters[app.pid].completed,
+                compile_cache=app.cache,
+                core_memory={k: _core_memory(k) for k in app.cores},
+                models=[_model(app, k, per) for k in app.cores],
             )
+            for app in self.apps
+        ]
         vcpu = {"user": 0.1416, "nice": 0.0, "system": 0.0311, "idle": 0.8273, "io_wait": 0.0, "irq": 0.0}
-        return {
-            "time": 1795302762.0 + self.step,
-            "monotonic": 5000.0 + self.step,
-            "instance": {
-                "instance_name": "",
-                "instance_id": SPEC_INSTANCE_IDS[self.instance_type],
-                "instance_type": self.instance_type,
-                "instance_availability_zone": "us-west-2d",
-                "instance_availability_zone_id": "usw2-az4",
-                "instance_region": "us-west-2",
-                "ami_id": "ami-0123456789abcdef0",
-                "subnet_id": "subnet-0123456789abcdef0",
-            },
-            "hardware": {
-                "neuron_device_type": "trainium",
-                "neuron_device_version": "v2",
-                "neuroncore_version": "v2",
-                "neuron_device_count": devices,
-                "neuron_device_memory_size": 34359738368,
-                "neuroncore_per_device_count": per,
-                "logical_neuroncore_config": 1,
-            },
-            "processes": processes,
-            "host": {
-                "vcpus": [{**{k: v * self.step for k, v in vcpu.items()}, "soft_irq": 0.0} for _ in range(8)],
-                "context_switches": 1000 * self.step,
-                "memory": {"total": 33110204416, "used": 9876543488, "swap_total": 0, "swap_used": 0},
-            },
-            "hardware_counters": [
-                {
-                    "neuron_device_index": d,
-                    "mem_ecc_corrected": 0,
-                    "mem_ecc_uncorrected": 0,
-                    "sram_ecc_corrected": 0,
-                    "sram_ecc_uncorrected": 0,
-                }
-                for d in range(devices)
-            ],
-        }
+        return snapshots.snapshot(
+            time=1795302762.0 + self.step,
+            monotonic=5000.0 + self.step,
+            instance=snapshots.instance(self.instance_type, SPEC_INSTANCE_IDS[self.instance_type]),
+            hardware=snapshots.trn1_hardware(devices, per),
+            processes=processes,
+            vcpus=[{**{k: v * self.step for k, v in vcpu.items()}, "soft_irq": 0.0} for _ in range(8)],
+            context_switches=1000 * self.step,
+        )
 
     # DaemonClient interface
     def get(self, path: str) -> Any:
@@ -556,7 +496,6 @@ def test_a_32_process_job_is_redone_only_where_it_changed(monkeypatch: pytest.Mo
     from collections import Counter
 
     from neurontools.report import groups
-    from neurontools.report import snapshot as snapshot_module
     from neurontools.top import memory_tree, report_reader
 
     calls: Counter[str] = Counter()
@@ -570,7 +509,6 @@ def test_a_32_process_job_is_redone_only_where_it_changed(monkeypatch: pytest.Mo
 
         monkeypatch.setattr(module, name, counting)
 
-    count(snapshot_module, "_loaded_model")  # a loaded model parsed from the snapshot
     count(groups, "memory_parts")  # a process's memory_used group built for the report
     count(report_reader, "_memory")  # a memory_used group mapped into the sample
     count(memory_tree, "_core_node")  # a core's subtree of the Memory Usage Details tree
@@ -580,7 +518,11 @@ def test_a_32_process_job_is_redone_only_where_it_changed(monkeypatch: pytest.Mo
         for core in range(32)
     ]
     daemon = GrowingDaemon("trn1.32xlarge", apps)
-    sampler = Sampler(DaemonSource(daemon, 1.0, VERSION), VERSION)
+    source = DaemonSource(daemon, 1.0, VERSION)
+    sampler = Sampler(source, VERSION)
+
+    def models_parsed() -> int:  # processes whose loaded models were parsed from a snapshot (one model each)
+        return source.parser.parsed["loaded_models"]
 
     async def scenario() -> None:
         feed = QueueFeed()
@@ -595,16 +537,17 @@ def test_a_32_process_job_is_redone_only_where_it_changed(monkeypatch: pytest.Mo
 
             for _ in range(3):
                 await push()
-            assert len(app.sample.apps) == 32 and calls["_loaded_model"] == 32  # parsed once, at the start
+            assert len(app.sample.apps) == 32 and models_parsed() == 32  # parsed once, at the start
             panels = list(app.query(TextPanel))
             made = {panel.id: panel.lines_made for panel in panels}
             calls.clear()
             await push()  # the counters moved on, the memory did not
-            assert calls == Counter()
+            assert calls == Counter() and models_parsed() == 32 and source.parser.parsed["memory"] == 32
             assert {panel.id for panel in panels if panel.lines_made != made[panel.id]} == {"grid", "core-bar"}
             daemon.grow[9005] = 64 * MB  # one process allocates: only its part is done again
             await push()
-            assert calls == Counter({"memory_parts": 1, "_memory": 1, "_core_node": 1})
+            assert calls == Counter({"memory_parts": 1, "_memory": 1, "_core_node": 1}) and models_parsed() == 32
+            assert source.parser.parsed["memory"] == 33  # the one process's memory, parsed again
             assert app.tree.nodes == build_tree(app.sample, None)  # the reused subtrees are the right ones
             grown = next(node for node in app.tree.nodes[2].children if node.label == "NC 1")
             assert grown.device_bytes == sum(_core_memory(5).values()) + 64 * MB

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from emulator.daemon.api_models import AttachBody, EccFault, ErrorBody, ExecutionBatch, ExecutionBody, StatusModel
@@ -24,6 +24,7 @@ from emulator.daemon.telemetry import Telemetry
 from neurontools import __version__
 from neurontools.http_limits import RequestLimits
 from neurontools.inventory import Inventory, NeuronProcess
+from neurontools.report.snapshot import SNAPSHOT, Snapshot
 
 REAP_INTERVAL_S = 0.2  # a dead process releases its cores well within one second (docs/lifecycle.md)
 
@@ -196,11 +197,14 @@ def create_app(
         except ValueError as exc:
             raise ClaimError(str(exc), http_status=400, nrt_status="NRT_INVALID") from None
 
-    @app.get("/v1/snapshot", tags=["telemetry"])
-    async def snapshot(latencies_since: float | None = Query(None, allow_inf_nan=False)) -> dict[str, object]:
+    # response_model: the schema only. The answer is written by the models' own serialiser
+    # (the snapshot is typed already; FastAPI's response validation would cost every call)
+    @app.get("/v1/snapshot", response_model=Snapshot, tags=["telemetry"])
+    async def snapshot(latencies_since: float | None = Query(None, allow_inf_nan=False)) -> Response:
         """Cumulative counters and current gauges of every runtime process, and the real host
         (docs/snapshot.md); consumers compute per-period figures from two snapshots.
         ``latencies_since`` (daemon monotonic seconds): list only executions that ended later."""
-        return telemetry.snapshot(registry.processes(), latencies_since)
+        taken = telemetry.snapshot(registry.processes(), latencies_since)
+        return Response(content=SNAPSHOT.dump_json(taken), media_type="application/json")
 
     return app

@@ -4,7 +4,8 @@ A process reports each execution when it starts on the device (start time and si
 duration). Busy time, per-engine time and FLOPs of an execution count in proportion to how much
 of it has elapsed at snapshot time, so a consumer sampling every second sees a smooth,
 monotonic counter rather than lumps at step boundaries. Everything else in a snapshot is
-read from the real host (psutil) at that moment. See docs/snapshot.md for the format.
+read from the real host (psutil) at that moment. The snapshot is built from its typed models
+(neurontools/report/snapshot_models.py, docs/snapshot.md), the ones the tools parse it into.
 """
 
 from __future__ import annotations
@@ -23,7 +24,31 @@ from neurontools.report.schema import CORE_MEMORY_KEYS as CORE_CATEGORIES
 from neurontools.report.schema import ENGINE_KEYS as ENGINES
 from neurontools.report.schema import ERROR_SUMMARY_KEYS as ERROR_KINDS
 from neurontools.report.schema import EXECUTION_SUMMARY_KEYS as OUTCOMES
-from neurontools.report.schema import HOST_MEMORY_KEYS as HOST_CATEGORIES
+from neurontools.report.snapshot_models import (
+    NO_HOST_MEMORY,
+    CollectiveCounters,
+    Collectives,
+    CompileCache,
+    CoreCounters,
+    CoreMemoryUsage,
+    CpuTimes,
+    DeviceCounters,
+    ErrorCounts,
+    ExecutionCounts,
+    HostMemory,
+    HostMemoryUsage,
+    HostSnapshot,
+    Latency,
+    LoadedModel,
+    ProcessMemory,
+    RuntimeProcess,
+    Snapshot,
+    Subgraph,
+    SubgraphBreakdown,
+    SubgraphDeviceMemory,
+    SubgraphMemory,
+    VcpuTimes,
+)
 
 # which error_summary counter an outcome also increments
 OUTCOME_ERRORS = {"completed_with_num_err": "numerical", "completed_with_err": "generic", "timed_out": "runtime"}
@@ -64,7 +89,7 @@ class _CoreCounters:
                 still.append(ex)
         self.inflight = still
 
-    def view(self, now: float) -> dict[str, Any]:
+    def view(self, now: float) -> CoreCounters:
         busy, flops, engines = self.busy, float(self.flops), dict(self.engines)
         for ex in self.inflight:
             f = ex.fraction(now)
@@ -72,7 +97,7 @@ class _CoreCounters:
             flops += ex.flops * f
             for e, s in ex.engines.items():
                 engines[e] = engines.get(e, 0.0) + s * f
-        return {"busy": busy, "flops": int(flops), "engines": engines}
+        return CoreCounters(busy=busy, flops=int(flops), engines=engines)
 
 
 @dataclass
@@ -99,7 +124,7 @@ class ProcessTelemetry:
     cores: dict[int, _CoreCounters]
     executions: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
-    latencies: deque = field(default_factory=deque)  # (end monotonic, total s, device s)
+    latencies: deque[Latency] = field(default_factory=deque)
     compile_cache: dict[str, int] = field(default_factory=lambda: {"hits": 0, "misses": 0})
     collectives: dict[str, dict[str, int]] = field(
         default_factory=lambda: {"neuronlink": {"bytes": 0, "operations": 0}, "efa": {"bytes": 0, "operations": 0}}
@@ -141,7 +166,7 @@ class Telemetry:
         self._retired = ProcessTelemetry(
             cores={c: _CoreCounters() for d in inventory.devices for c in d.neuroncore_ids}
         )
-        self._latency_log: deque = deque()  # (sequence, end, total, device) of every execution
+        self._latency_log: deque[tuple[int, Latency]] = deque()  # (sequence, latency) of every execution
         self._latency_seq = 0
         self._hw_counters = [
             {
@@ -167,9 +192,9 @@ class Telemetry:
                 counters.settle(now)
                 view = counters.view(now)
                 target = retired.cores.setdefault(core, _CoreCounters())
-                target.busy += view["busy"]
-                target.flops += view["flops"]
-                for e, s in view["engines"].items():
+                target.busy += view.busy
+                target.flops += view.flops
+                for e, s in view.engines.items():
                     target.engines[e] = target.engines.get(e, 0.0) + s
             for key, value in state.executions.items():
                 retired.executions[key] += value
@@ -274,12 +299,13 @@ class Telemetry:
         if ex.outcome in OUTCOME_ERRORS:
             state.errors[OUTCOME_ERRORS[ex.outcome]] += 1
         end = ex.start + min(ex.device_seconds, ex.total_latency)
-        state.latencies.append((end, ex.total_latency, ex.device_seconds))
-        while state.latencies and state.latencies[0][0] < end - LATENCY_WINDOW_S:
+        latency = Latency(end, ex.total_latency, ex.device_seconds)
+        state.latencies.append(latency)
+        while state.latencies and state.latencies[0].end < end - LATENCY_WINDOW_S:
             state.latencies.popleft()
         self._latency_seq += 1
-        self._latency_log.append((self._latency_seq, end, ex.total_latency, ex.device_seconds))
-        while self._latency_log and self._latency_log[0][1] < end - LATENCY_WINDOW_S:
+        self._latency_log.append((self._latency_seq, latency))
+        while self._latency_log and self._latency_log[0][1].end < end - LATENCY_WINDOW_S:
             self._latency_log.popleft()
         state.compile_cache = dict(ex.compile_cache)
         for count, links in ex.collectives:
@@ -308,7 +334,7 @@ class Telemetry:
                 }
             }
 
-    def snapshot(self, processes: list[NeuronProcess], latencies_since: float | None = None) -> dict[str, Any]:
+    def snapshot(self, processes: list[NeuronProcess], latencies_since: float | None = None) -> Snapshot:
         """The snapshot of docs/snapshot.md; with ``latencies_since`` the latency lists hold only
         executions that ended after that daemon-monotonic time (what a consumer has not seen)."""
         now = time.monotonic()
@@ -320,47 +346,46 @@ class Telemetry:
                 if proc.kind != RUNTIME:
                     continue
                 entries.append(self._process_entry(proc, self._state(proc), now, since))
-            hw = [dict(d) for d in self._hw_counters]
+            hw = tuple(DeviceCounters(**d) for d in self._hw_counters)
             retired = self._retired_entry(now)
-            latency_log = [list(x) for x in self._latency_log if x[1] > since]
-        return {
-            "time": time.time(),
-            "monotonic": now,
-            "instance": inv.instance.to_dict(),
-            "hardware": inv.hardware.to_dict(),
-            "processes": entries,
-            "host": host_snapshot(),
-            "hardware_counters": hw,
-            "retired": retired,
-            "latency_log": latency_log,
-        }
+            latency_log = tuple(x for x in self._latency_log if x[1].end > since)
+        return Snapshot(
+            time=time.time(),
+            monotonic=now,
+            instance=inv.instance,
+            hardware=inv.hardware,
+            processes=tuple(entries),
+            host=host_snapshot(),
+            hardware_counters=hw,
+            retired=retired,
+            latency_log=latency_log,
+        )
 
-    def _retired_entry(self, now: float) -> dict[str, Any]:
+    def _retired_entry(self, now: float) -> RuntimeProcess:
         """Exited processes' cumulative counters, shaped like a process entry (pid 0)."""
         r = self._retired
-        return {
-            "pid": 0,
-            "tag": "retired",
-            "command": "",
-            "runtime_version": "",
-            "kind": RUNTIME,
-            "neuroncores": sorted(r.cores),
-            "cpu": None,
-            "cpu_error": "",
-            "cores": {str(c): r.cores[c].view(now) for c in sorted(r.cores)},
-            "executions": dict(r.executions),
-            "errors": dict(r.errors),
-            "latencies": [],
-            "compile_cache": dict(r.compile_cache),
-            "collectives": {k: dict(v) for k, v in r.collectives.items()},
-            "memory": {"host": dict.fromkeys(HOST_CATEGORIES, 0), "cores": {}},
-            "loaded_models": [],
-        }
+        return RuntimeProcess(
+            pid=0,
+            tag="retired",
+            command="",
+            runtime_version="",
+            neuroncores=tuple(sorted(r.cores)),
+            cpu=None,
+            cpu_error="",
+            cores={c: r.cores[c].view(now) for c in sorted(r.cores)},
+            executions=ExecutionCounts(**r.executions),
+            errors=ErrorCounts(**r.errors),
+            latencies=(),
+            compile_cache=CompileCache(**r.compile_cache),
+            collectives=_collectives(r),
+            memory=ProcessMemory(host=NO_HOST_MEMORY, cores={}),
+            loaded_models=(),
+        )
 
     def _process_entry(
         self, proc: NeuronProcess, state: ProcessTelemetry, now: float, since: float = -math.inf
-    ) -> dict[str, Any]:
-        cpu: dict[str, float] | None
+    ) -> RuntimeProcess:
+        cpu: CpuTimes | None
         cpu_error = ""
         rss = 0
         try:
@@ -368,7 +393,7 @@ class Telemetry:
             with p.oneshot():
                 times = p.cpu_times()
                 rss = p.memory_info().rss
-            cpu = {"user": times.user, "system": times.system}
+            cpu = CpuTimes(user=times.user, system=times.system)
         except psutil.Error:
             cpu = None
             cpu_error = f"open /proc/{proc.pid}/stat: no such file or directory"
@@ -376,82 +401,79 @@ class Telemetry:
         cores = {}
         for core, counters in sorted(state.cores.items()):
             counters.settle(now)
-            cores[str(core)] = counters.view(now)
+            cores[core] = counters.view(now)
         core_memory = {
-            str(c): dict(state.core_memory.get(c) or dict.fromkeys(CORE_CATEGORIES, 0)) for c in sorted(state.cores)
+            c: CoreMemoryUsage(**(state.core_memory.get(c) or dict.fromkeys(CORE_CATEGORIES, 0)))
+            for c in sorted(state.cores)
         }
-        return {
-            "pid": proc.pid,
-            "tag": proc.tag,
-            "command": proc.command,
-            "runtime_version": proc.runtime_version,
-            "kind": proc.kind,
-            "neuroncores": list(proc.neuroncores),
-            "cpu": cpu,
-            "cpu_error": cpu_error,
-            "cores": cores,
-            "executions": dict(state.executions),
-            "errors": dict(state.errors),
-            "latencies": [list(x) for x in state.latencies if x[0] > since],
-            "compile_cache": dict(state.compile_cache),
-            "collectives": {k: dict(v) for k, v in state.collectives.items()},
-            "memory": {
+        return RuntimeProcess(
+            pid=proc.pid,
+            tag=proc.tag,
+            command=proc.command,
+            runtime_version=proc.runtime_version,
+            kind=RUNTIME,
+            neuroncores=tuple(proc.neuroncores),
+            cpu=cpu,
+            cpu_error=cpu_error,
+            cores=cores,
+            executions=ExecutionCounts(**state.executions),
+            errors=ErrorCounts(**state.errors),
+            latencies=tuple(x for x in state.latencies if x.end > since),
+            compile_cache=CompileCache(**state.compile_cache),
+            collectives=_collectives(state),
+            memory=ProcessMemory(
                 # the process's real resident memory is its host "application memory"
-                "host": {"application_memory": rss, "constants": 0, "dma_buffers": 0, "tensors": 0},
-                "cores": core_memory,
-            },
-            "loaded_models": [self._model_entry(m) for _, m in sorted(state.models.items())],
-        }
+                host=HostMemoryUsage(application_memory=rss, constants=0, dma_buffers=0, tensors=0),
+                cores=core_memory,
+            ),
+            loaded_models=tuple(self._model_entry(m) for _, m in sorted(state.models.items())),
+        )
 
-    def _model_entry(self, model: dict[str, Any]) -> dict[str, Any]:
+    def _model_entry(self, model: dict[str, Any]) -> LoadedModel:
         core = int(model["core"])
         code = int(model["code_bytes"])
-        return {
-            "name": model["name"],
-            "uuid": model["uuid"],
-            "model_id": int(model["model_id"]),
-            "is_running": True,
-            "subgraphs": {
-                "sg_00": {
-                    "memory_used_bytes": {
-                        "host": 0,
-                        "neuron_device": code,
-                        "usage_breakdown": {
-                            "host": dict.fromkeys(HOST_CATEGORIES, 0),
-                            "neuron_device": {"constants": 0, "model_code": code, "runtime_memory": 0, "tensors": 0},
-                        },
-                    },
-                    "neuroncore_index": core % self._per_device,
-                    "neuron_device_index": core // self._per_device,
-                }
+        device = SubgraphDeviceMemory(constants=0, model_code=code, runtime_memory=0, tensors=0)
+        return LoadedModel(
+            name=model["name"],
+            uuid=model["uuid"],
+            model_id=int(model["model_id"]),
+            is_running=True,
+            subgraphs={
+                "sg_00": Subgraph(
+                    memory_used_bytes=SubgraphMemory(
+                        host=0,
+                        neuron_device=code,
+                        usage_breakdown=SubgraphBreakdown(host=NO_HOST_MEMORY, neuron_device=device),
+                    ),
+                    neuroncore_index=core % self._per_device,
+                    neuron_device_index=core // self._per_device,
+                )
             },
-        }
+        )
 
 
-def host_snapshot() -> dict[str, Any]:
+def _collectives(state: ProcessTelemetry) -> Collectives:
+    return Collectives(**{link: CollectiveCounters(**counts) for link, counts in state.collectives.items()})
+
+
+def host_snapshot() -> HostSnapshot:
     """The real host's cumulative CPU times, context switches and memory (psutil)."""
     vm = psutil.virtual_memory()
     swap = psutil.swap_memory()
-    vcpus = []
-    for t in psutil.cpu_times(percpu=True):
-        vcpus.append(
-            {
-                "user": t.user,
-                "nice": t.nice,
-                "system": t.system,
-                "idle": t.idle,
-                "io_wait": getattr(t, "iowait", 0.0),
-                "irq": getattr(t, "irq", 0.0),
-                "soft_irq": getattr(t, "softirq", 0.0),
-            }
+    vcpus = tuple(
+        VcpuTimes(
+            user=t.user,
+            nice=t.nice,
+            system=t.system,
+            idle=t.idle,
+            io_wait=getattr(t, "iowait", 0.0),
+            irq=getattr(t, "irq", 0.0),
+            soft_irq=getattr(t, "softirq", 0.0),
         )
-    return {
-        "vcpus": vcpus,
-        "context_switches": psutil.cpu_stats().ctx_switches,
-        "memory": {
-            "total": vm.total,
-            "used": vm.total - vm.available,
-            "swap_total": swap.total,
-            "swap_used": swap.used,
-        },
-    }
+        for t in psutil.cpu_times(percpu=True)
+    )
+    return HostSnapshot(
+        vcpus=vcpus,
+        context_switches=psutil.cpu_stats().ctx_switches,
+        memory=HostMemory(total=vm.total, used=vm.total - vm.available, swap_total=swap.total, swap_used=swap.used),
+    )

@@ -51,6 +51,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from neurontools.report.json_values import describe, is_number, is_object
+
 APP = "app"  # per Neuron runtime process: instance labels + runtime_tag + the family's labels
 SYSTEM = "system"  # per host: instance labels + the family's labels
 INFO = "info"  # constant 1.0, created once
@@ -192,8 +194,8 @@ class InvalidGroup(Exception):
 
 
 def _number(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidGroup(f"expected a number, got {value!r}")
+    if not is_number(value):
+        raise InvalidGroup(f"expected a number, got {describe(value)}")
     return float(value)
 
 
@@ -221,7 +223,7 @@ def _text(value: Any) -> str:
 
 
 def _mapping(value: Any, what: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
+    if not is_object(value):
         raise InvalidGroup(f"{what} is not an object")
     return value
 
@@ -386,7 +388,7 @@ class CompatMetrics(Collector):
 
     def update(self, report: Mapping[str, Any]) -> list[str]:
         """Apply one report; returns the messages the official script would print on stderr."""
-        if not isinstance(report, Mapping):
+        if not is_object(report):
             return [f"Invalid report: expected a JSON object, got {type(report).__name__}"]
         messages: list[str] = []
         with self._lock:
@@ -413,7 +415,7 @@ class CompatMetrics(Collector):
             return
         present: set[str] = set()
         for entry in runtimes:
-            if not isinstance(entry, Mapping) or "neuron_runtime_tag" not in entry:
+            if not is_object(entry) or "neuron_runtime_tag" not in entry:
                 messages.append("Invalid report: a neuron_runtime_data entry has no neuron_runtime_tag")
                 continue
             tag = _text(entry["neuron_runtime_tag"])
@@ -428,7 +430,7 @@ class CompatMetrics(Collector):
 
     def _groups(self, groups: Any, handlers: Mapping[str, Handler], tag: str | None, messages: list[str]) -> None:
         where = "" if tag is None else f" for runtime tag {tag}"
-        if not isinstance(groups, Mapping):
+        if not is_object(groups):
             messages.append(f"Invalid report: {'report' if tag is not None else 'system_data'}{where} is not an object")
             return
         assert self._instance is not None
@@ -437,7 +439,7 @@ class CompatMetrics(Collector):
             handler = handlers.get(name)
             if handler is None:
                 continue
-            if not isinstance(data, Mapping):
+            if not is_object(data):
                 messages.append(f"Invalid {name}{where}: not an object")
                 continue
             error = data.get("error", "")
@@ -453,7 +455,7 @@ class CompatMetrics(Collector):
             self._apply(batch)
 
     def _hardware_info(self, hardware: Any, messages: list[str]) -> None:
-        if not isinstance(hardware, Mapping):
+        if not is_object(hardware):
             messages.append("Invalid neuron_hardware_info: not an object")
             return
         error = hardware.get("error", "")
@@ -550,7 +552,7 @@ class CompatMetrics(Collector):
 
 def _instance_labels(info: Any) -> dict[str, str]:
     """Instance label values from a report's ``instance_info`` (missing fields: ``""``)."""
-    info = info if isinstance(info, Mapping) else {}
+    info = info if is_object(info) else {}
     labels = {label: _text(info.get(key, "")) for label, key in INSTANCE_LABELS}
     labels.update({label: _text(info[key]) for label, key in OPTIONAL_INSTANCE_LABELS if key in info})
     return labels

@@ -7,10 +7,11 @@ that is absent, carries an ``error``, or has a value of the wrong type leaves it
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
+from neurontools.report.json_values import index_or_none, integer_or_none, number_or_none, object_or_none
 from neurontools.report.schema import (
     CORE_MEMORY_KEYS,
     EXECUTION_STATS,
@@ -34,28 +35,11 @@ MAX_CORES_PER_DEVICE = 64
 MAX_INDEX_DIGITS = 9
 
 
-def _obj(value: Any) -> Mapping[str, Any] | None:
-    # (what JSON and the report builder give is a dict: skip the slower ABC check for those)
-    return value if type(value) is dict or isinstance(value, Mapping) else None
-
-
-def _num(value: Any) -> float | None:
-    """A finite number, or None (missing, not a number, NaN, infinite or beyond any counter)."""
-    kind = type(value)
-    if kind is not float and kind is not int:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None
-        value = float(value) if isinstance(value, float) else int(value)
-    if isinstance(value, int):
-        return float(value) if -MAX_INT < value < MAX_INT else None
-    return value if math.isfinite(value) else None
-
-
-def _int(value: Any) -> int | None:
-    if type(value) is int:
-        return value if -MAX_INT < value < MAX_INT else None
-    number = _num(value)
-    return int(number) if number is not None and number.is_integer() else None
+# the shared lenient JSON readers (neurontools/report/json_values.py) with this reader's bounds
+_obj = object_or_none
+_num = partial(number_or_none, bound=MAX_INT)  # a finite number; None: missing, not a number, NaN, infinite, too big
+_int = partial(integer_or_none, bound=MAX_INT)
+_core_index = partial(index_or_none, max_digits=MAX_INDEX_DIGITS)
 
 
 def _in_range(value: int | None, limit: int) -> int | None:
@@ -87,12 +71,6 @@ def _ints(data: Any, keys: tuple[str, ...]) -> dict[str, int] | None:
     if any(v is None for v in values.values()):
         return None
     return values  # type: ignore[return-value]
-
-
-def _core_index(key: Any) -> int | None:
-    if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= MAX_INDEX_DIGITS:
-        return int(key)
-    return None
 
 
 def _core_stats(group: Mapping[str, Any] | None) -> dict[int, CoreStat] | None:

@@ -1,4 +1,9 @@
-"""``neuron-emulator``: start, stop and inspect the emulated Trn1 instance daemon."""
+"""``neuron-emulator``: start, stop and inspect the emulated Trn1 instance daemon.
+
+Errors follow the argparse-like style of ``neurontools.cli``: one line on stderr, exit 2 for a
+flag that cannot be used, 1 for anything else (docs/fuzzing.md); a stop signal during ``run``
+exits 128 + the signal (docs/lifecycle.md).
+"""
 
 from __future__ import annotations
 
@@ -11,9 +16,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from typing import NoReturn
 
-from neurontools.messages import one_line
+from neurontools.cli import CliError, RaisingParser, UsageError, print_error, print_usage_error
 from neurontools.sources.address import (
     AddressError,
     DaemonAddress,
@@ -27,6 +31,7 @@ from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonU
 PROG = "neuron-emulator"
 DETACH_TIMEOUT_S = 30.0
 DOWN_TIMEOUT_S = 10.0
+USAGE_STATUS = 2  # a flag that cannot be used (UsageError): argparse's exit status
 IDENTITY_FLAGS = (
     "--instance-id",
     "--instance-name",
@@ -38,23 +43,10 @@ IDENTITY_FLAGS = (
 )
 
 
-class CliError(Exception):
-    """One line for stderr, then exit 1."""
-
-
-class UsageError(CliError):
-    """A flag value that cannot be used: one line for stderr, then exit 2 (like argparse)."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one clear line, not a usage dump
-        self.exit(2, f"{self.prog}: error: {one_line(message)} (see '{self.prog} --help')\n")
-
-
 def _build_parser() -> argparse.ArgumentParser:
     from emulator.hardware.instance_types import INSTANCE_TYPES
 
-    parser = _Parser(
+    parser = RaisingParser(  # a parse error is one clear line, not a usage dump
         prog=PROG,
         description="Emulated AWS Trn1 instance: a daemon that real training processes attach to, "
         "and that neuron-ls, neuron-top and neuron-monitor read.",
@@ -62,7 +54,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "default $XDG_RUNTIME_DIR/neuron-emulator.sock or /tmp/neuron-emulator-<uid>/daemon.sock. "
         "Access rules: docs/security.md.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=RaisingParser)
     sub.required = True
 
     up = sub.add_parser("up", help="start the emulated instance daemon")
@@ -379,20 +371,20 @@ def _cmd_fault(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:  # raised by the parser of the (sub)command that refused the flag
+        return print_usage_error(exc.prog or PROG, str(exc), USAGE_STATUS, quoted=True)
     handlers = {"up": _cmd_up, "down": _cmd_down, "status": _cmd_status, "fault": _cmd_fault, "demo": _cmd_demo}
     handlers.update(args.workload_handlers)
     try:
         return handlers[args.command](args)
     except UsageError as exc:
-        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
-        return 2
+        return print_error(PROG, str(exc), USAGE_STATUS)
     except (CliError, AddressError) as exc:
-        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
-        return 1
+        return print_error(PROG, str(exc))
     except DaemonError as exc:
-        print(f"{PROG}: error: daemon refused: {one_line(str(exc))}", file=sys.stderr)
-        return 1
+        return print_error(PROG, f"daemon refused: {exc}")
     except KeyboardInterrupt as exc:  # Ctrl-C, or a stop signal turned into one (docs/lifecycle.md)
         from emulator.lifecycle import exit_status
 

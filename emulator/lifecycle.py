@@ -16,9 +16,10 @@ import ctypes
 import functools
 import os
 import signal
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from types import FrameType
+
+from neurontools.cli import handle_signals
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 LAUNCHER_PID_ENV = "NEURON_EMULATOR_LAUNCHER_PID"  # the `neuron-emulator run` process of a job
@@ -55,21 +56,20 @@ def _raise_stopped(signum: int, _frame: FrameType | None) -> None:
 def stop_on_signals() -> Iterator[None]:
     """Within the block, the first of SIGINT/SIGTERM/SIGHUP raises :class:`Stopped` in the main
     thread; later ones are ignored until the outermost block exits. Outside the main thread (where
-    Python cannot install handlers) it does nothing."""
+    Python cannot install handlers) it does nothing. Handlers are installed and restored by the
+    tools' shared :func:`neurontools.cli.handle_signals`."""
     global _depth, _stopping
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.signal(sig, _raise_stopped) for sig in STOP_SIGNALS}
-    _depth += 1
+    installed = False
     try:
-        yield
-    finally:
-        _depth -= 1
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if _depth == 0:
-            _stopping = False
+        with handle_signals(_raise_stopped, *STOP_SIGNALS) as installed:
+            if installed:
+                _depth += 1
+            yield
+    finally:  # after the previous handlers are back, so no signal can raise a second Stopped
+        if installed:
+            _depth -= 1
+            if _depth == 0:
+                _stopping = False
 
 
 @functools.cache

@@ -483,7 +483,7 @@ def cli_argv(tmp: str) -> dict[str, st.SearchStrategy[list[str]]]:
 
 def cli_mains() -> dict[str, Callable[[list[str]], int | None]]:
     from emulator.cli import main as emulator_main
-    from neurontools.exporter.app import main as exporter_main
+    from neurontools.exporter.cli import main as exporter_main
     from neurontools.exporter.compat_cli import main as prometheus_main
     from neurontools.ls.cli import main as ls_main
     from neurontools.monitor.cli import main as monitor_main
@@ -502,7 +502,7 @@ def cli_mains() -> dict[str, Callable[[list[str]], int | None]]:
 def _would_serve(tool: str, argv: list[str]) -> bool:
     """Flags that parse and would start a server (it runs until stopped): only parsed here."""
     if tool == "neuron-exporter":
-        from neurontools.exporter.app import UsageError, parse_args
+        from neurontools.exporter.cli import UsageError, parse_args
 
         try:
             opts = parse_args(argv)

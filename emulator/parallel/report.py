@@ -6,10 +6,12 @@ Every figure is the plan's (``job.py``): simulated time of the modelled Trn1, no
 from __future__ import annotations
 
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from emulator.parallel.job import JobPlan
 from emulator.workloads.summary import format_seconds
+
+if TYPE_CHECKING:  # job.py traces with torch: printing a plan's figures needs no torch
+    from emulator.parallel.job import JobPlan
 
 GIB = 1 << 30
 

@@ -11,41 +11,13 @@ minus the simulation (gradient all-reduce + ``optimizer.step()``) and reports no
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-
-@dataclass(frozen=True)
-class StepInfo:
-    """What the emulated device says about the last step; ``None`` fields are not reported."""
-
-    device_seconds: float | None = None
-    wall_seconds: float | None = None
-    flops: int | None = None
-    compiled: bool | None = None
-    outcome: str | None = None
-
-    @classmethod
-    def from_xla(cls, info: Any) -> StepInfo:
-        def field(name: str) -> Any:
-            return getattr(info, name, None)
-
-        flops = field("flops")
-        device = field("device_seconds")
-        wall = field("wall_seconds")
-        compiled = field("compiled")
-        outcome = field("outcome")
-        return cls(
-            device_seconds=None if device is None else float(device),
-            wall_seconds=None if wall is None else float(wall),
-            flops=None if flops is None else int(flops),
-            compiled=None if compiled is None else bool(compiled),
-            outcome=None if outcome is None else str(outcome),
-        )
+from emulator.workloads.results import StepInfo
 
 
 def all_reduce_gradients(optimizer: torch.optim.Optimizer) -> None:

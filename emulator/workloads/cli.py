@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from emulator.workloads import AUTO_CAST, DTYPES, WORKLOADS, UnknownWorkload, WorkloadSpec, get_workload
+from emulator.workloads.config import RunConfig
 from emulator.workloads.errors import report_error
 
 Handler = Callable[[argparse.Namespace], int]
@@ -106,7 +107,7 @@ def _seq_len(spec: WorkloadSpec, text: str | None) -> int | None:
     return value
 
 
-def config_from_args(args: argparse.Namespace):  # -> RunConfig (imported lazily: it needs torch)
+def config_from_args(args: argparse.Namespace) -> RunConfig:
     """Validate the training flags; raises :class:`ArgumentError` (or UnknownWorkload) with one line."""
     try:
         spec = get_workload(args.workload)
@@ -118,9 +119,6 @@ def config_from_args(args: argparse.Namespace):  # -> RunConfig (imported lazily
     dtype = _choice("--dtype", args.dtype, DTYPES)
     lr = _positive_float("--lr", args.lr)
     _choice("--auto-cast", args.auto_cast, AUTO_CAST)
-
-    from emulator.workloads.runner import RunConfig
-
     return RunConfig.defaults(spec, steps=steps, batch_size=batch_size, seq_len=seq_len, dtype=dtype, lr=lr)
 
 
@@ -204,7 +202,7 @@ def _collective_timeout() -> float:
         raise ArgumentError(str(exc)) from None
 
 
-def worker_argv(config: Any) -> list[str]:
+def worker_argv(config: RunConfig) -> list[str]:
     """Flags that make a worker train exactly ``config``."""
     argv = [config.spec.name, "--steps", str(config.steps), "--batch-size", str(config.batch_size)]
     if config.seq_len is not None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol, TextIO
 from emulator.workloads.summary import format_seconds, header_line, step_rate, summary_lines
 
 if TYPE_CHECKING:
-    from emulator.workloads.runner import RunHeader, RunResult, StepStats
+    from emulator.workloads.results import RunHeader, RunResult, StepStats
 
 
 class Reporter(Protocol):

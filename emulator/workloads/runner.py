@@ -1,4 +1,5 @@
-"""The training loop of every built-in workload, and the summary of a run.
+"""The training loop of every built-in workload (its configuration: ``config.py``; what it
+produces: ``results.py``, torch-free, re-exported here).
 
 One loop for both kinds: build the task, move model and inputs to the device, then per step
 ``zero_grad -> loss -> backward -> xm.optimizer_step`` (gradient all-reduce across ranks, optimizer
@@ -13,18 +14,18 @@ import datetime
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import torch
 
 import emulator.xla as xm
 from emulator.lifecycle import exit_status
 from emulator.runtime.collectives import collective_error, collective_timeout
-from emulator.workloads import WorkloadSpec
-from emulator.workloads.backend import CpuBackend, StepInfo, XlaBackend
+from emulator.workloads.backend import CpuBackend, XlaBackend
+from emulator.workloads.config import RunConfig
 from emulator.workloads.errors import report_error
 from emulator.workloads.hbm import HbmPeak
 from emulator.workloads.progress import Reporter, make_reporter
+from emulator.workloads.results import RunHeader, RunResult, StepStats
 from emulator.workloads.tasks import Task, TaskOptions
 from neurontools.sources.address import AddressError
 from neurontools.sources.daemon_client import DaemonClient
@@ -33,84 +34,6 @@ TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.flo
 # AdamW's default eps (1e-8) is 0 in fp16; 1e-4 is the smallest that keeps fp16 updates finite
 # (measured: 1e-6 still overflows m / (sqrt(v) + eps) to inf on gpt-tiny and mlp).
 ADAM_EPS = {"fp32": 1e-8, "bf16": 1e-8, "fp16": 1e-4}
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    spec: WorkloadSpec
-    steps: int
-    batch_size: int
-    seq_len: int | None
-    dtype: str
-    lr: float
-    seed: int = 0
-
-    @classmethod
-    def defaults(cls, spec: WorkloadSpec, **overrides: object) -> RunConfig:
-        values: dict[str, object] = {
-            "steps": spec.steps,
-            "batch_size": spec.batch_size,
-            "seq_len": spec.seq_len,
-            "dtype": spec.dtype,
-            "lr": spec.lr,
-        }
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(spec=spec, **values)  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class StepStats:
-    step: int
-    loss: float | None  # None for model-scale workloads (meta tensors hold no values)
-    wall_seconds: float  # this host's wall time for the whole step
-    samples: int  # samples processed by all ranks in this step
-    device: StepInfo | None = None  # what the emulated device reported, if anything
-
-    @property
-    def device_seconds(self) -> float | None:
-        return self.device.device_seconds if self.device else None
-
-    @property
-    def compiled(self) -> bool | None:
-        return self.device.compiled if self.device else None
-
-
-@dataclass(frozen=True)
-class RunHeader:
-    workload: str
-    kind: str
-    parameters: int
-    steps: int
-    batch_size: int
-    seq_len: int | None
-    dtype: str
-    lr: float
-    world_size: int
-    neuroncores: tuple[int, ...]
-    sample_unit: str
-    real_math: bool
-    layout: str = ""  # a parallel job's layout and placement (replaces the per-rank shape and cores)
-
-
-@dataclass
-class RunResult:
-    header: RunHeader
-    steps: list[StepStats] = field(default_factory=list)
-    wall_seconds: float = 0.0
-    hbm_peak: dict[int, int] | None = None
-    hbm_reason: str = ""
-
-    @property
-    def losses(self) -> list[float]:
-        return [s.loss for s in self.steps if s.loss is not None]
-
-    @property
-    def first_loss(self) -> float | None:
-        return self.losses[0] if self.losses else None
-
-    @property
-    def final_loss(self) -> float | None:
-        return self.losses[-1] if self.losses else None
 
 
 def _place(batch: Sequence[torch.Tensor], device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
@@ -239,4 +162,4 @@ def run(config: RunConfig, *, backend: XlaBackend | None = None, reporter: Repor
     return 0
 
 
-__all__ = ["CpuBackend", "RunConfig", "RunResult", "StepStats", "XlaBackend", "run", "train"]
+__all__ = ["CpuBackend", "RunConfig", "RunHeader", "RunResult", "StepStats", "XlaBackend", "run", "train"]

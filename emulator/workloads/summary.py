@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from emulator.workloads.runner import RunHeader, RunResult, StepStats
+    from emulator.workloads.results import RunHeader, RunResult, StepStats
 
 GIB = 1 << 30
 

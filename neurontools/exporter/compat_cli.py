@@ -25,7 +25,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
@@ -35,29 +34,31 @@ import sys
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, NoReturn, TextIO
+from typing import IO, Any, TextIO
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from neurontools.cli import (
+    STOPPED,
+    RaisingParser,
+    UsageError,
+    arguments,
+    port_number,
+    print_error,
+    print_usage_error,
+    show_help,
+    stop_signals,
+)
 from neurontools.exporter.compat import CompatMetrics
-from neurontools.messages import one_line
 from neurontools.sources.report_stream import MAX_LINE_BYTES, read_lines
 
 PROG = "neuron-monitor-prometheus"
 DEFAULT_PORT = 8000
 DEFAULT_BIND = "0.0.0.0"  # prometheus_client.start_http_server's default, used by the official script
 TLS_CHECK_SECONDS = 1.0
-
-
-class UsageError(Exception):
-    pass
-
-
-class _Terminated(Exception):
-    """SIGINT or SIGTERM arrived."""
 
 
 @dataclass
@@ -74,23 +75,8 @@ class Options:
         return self.key_file is not None
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid port {text!r} (expected an integer 0-65535)") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port {port} is out of range (expected 0-65535)")
-    return port
-
-
-def _parser() -> _Parser:
-    parser = _Parser(
+def _parser() -> RaisingParser:
+    parser = RaisingParser(
         prog=PROG,
         add_help=False,
         description="Serve neuron-monitor reports read on stdin as Prometheus metrics "
@@ -99,7 +85,11 @@ def _parser() -> _Parser:
     )
     parser.add_argument("-h", "--help", action="store_true", help="show this help message and exit")
     parser.add_argument(
-        "-p", "--port", type=_port, default=DEFAULT_PORT, help="HTTP port on which to run the server (default: 8000)"
+        "-p",
+        "--port",
+        type=port_number,
+        default=DEFAULT_PORT,
+        help="HTTP port on which to run the server (default: 8000)",
     )
     parser.add_argument(
         "--bind", default=DEFAULT_BIND, metavar="ADDR", help="address to listen on (default: 0.0.0.0, all interfaces)"
@@ -113,6 +103,7 @@ def _parser() -> _Parser:
 
 
 def parse_args(argv: Sequence[str]) -> Options:
+    """Raises :class:`UsageError` for a bad flag or value."""
     ns = _parser().parse_args(list(argv))
     if ns.help:
         return Options(help=True)
@@ -229,15 +220,6 @@ def pump(lines: Iterable[bytes | None], metrics: CompatMetrics, out: TextIO | No
     return applied
 
 
-def _error(message: str, code: int) -> int:
-    _say(sys.stderr, f"{PROG}: error: {one_line(message)}")
-    return code
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise _Terminated
-
-
 def _serve(opts: Options, registry: CollectorRegistry) -> Any:
     """Start the HTTP(S) server thread; returns the server (OSError/ssl.SSLError propagate)."""
     httpd, _thread = start_http_server(
@@ -247,28 +229,29 @@ def _serve(opts: Options, registry: CollectorRegistry) -> Any:
 
 
 def main(argv: Sequence[str] | None = None, *, stdin: IO[bytes] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = arguments(argv)
     try:
         opts = parse_args(argv)
     except UsageError as exc:
-        return _error(f"{exc} (see {PROG} --help)", 2)
+        return print_usage_error(PROG, str(exc), 2)  # argparse's exit status, as the official script
     if opts.help:
-        _say(sys.stdout, _parser().format_help().rstrip("\n"))
-        return 0
+        return show_help(_parser().format_help().rstrip("\n"))
 
     if opts.tls:
         assert opts.cert_file is not None and opts.key_file is not None
         try:
             _check_tls(opts.cert_file, opts.key_file)
         except (OSError, ValueError) as exc:
-            return _error(f"cannot load the TLS certificate {opts.cert_file!r} and key {opts.key_file!r}: {exc}", 1)
+            return print_error(
+                PROG, f"cannot load the TLS certificate {opts.cert_file!r} and key {opts.key_file!r}: {exc}"
+            )
 
     metrics = CompatMetrics()
     registry = build_registry(metrics)
     try:
         httpd = _serve(opts, registry)
     except (OSError, ValueError) as exc:
-        return _error(f"cannot listen on {opts.bind} port {opts.port}: {exc}", 1)
+        return print_error(PROG, f"cannot listen on {opts.bind} port {opts.port}: {exc}")
     port = httpd.server_address[1]
     _say(sys.stdout, f"Running {'HTTPS' if opts.tls else 'HTTP'} prometheus server at port {port}")
     if opts.enable_k8s_info:
@@ -280,28 +263,21 @@ def main(argv: Sequence[str] | None = None, *, stdin: IO[bytes] | None = None) -
         watcher = CertificateWatcher(httpd.socket.context, opts.cert_file, opts.key_file, sys.stdout, sys.stderr)
         watcher.start()
 
-    on_main_thread = threading.current_thread() is threading.main_thread()
-    previous = {}
-    if on_main_thread:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            previous[signum] = signal.signal(signum, _raise_terminated)
     source = stdin if stdin is not None else (sys.stdin.buffer if sys.stdin is not None else None)
-    try:
-        if source is not None:
-            pump(read_lines(source), metrics, sys.stdout, sys.stderr)
-        _say(sys.stderr, f"{PROG}: end of input; serving the last values until interrupted")
-        threading.Event().wait()
-    except (KeyboardInterrupt, _Terminated):
-        pass
-    finally:
-        for signum in previous:  # a second Ctrl-C during the shutdown must not print a traceback
-            signal.signal(signum, signal.SIG_IGN)
-        if watcher is not None:
-            watcher.stop()
-        httpd.shutdown()
-        httpd.server_close()
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    with stop_signals(signal.SIGINT, signal.SIGTERM) as stop:
+        try:
+            if source is not None:
+                pump(read_lines(source), metrics, sys.stdout, sys.stderr)
+            _say(sys.stderr, f"{PROG}: end of input; serving the last values until interrupted")
+            threading.Event().wait()
+        except STOPPED:
+            pass
+        finally:
+            stop.hold()  # a second Ctrl-C during the shutdown must not print a traceback
+            if watcher is not None:
+                watcher.stop()
+            httpd.shutdown()
+            httpd.server_close()
     return 0
 
 

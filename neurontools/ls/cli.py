@@ -2,18 +2,30 @@
 
 Command-line behaviour follows the real Go tool (docs/reference/neuron-ls.md §Command line): go-flags style
 options, bad flags reported on stdout with exit 1, no device/daemon reported as one logfmt line
-on stderr with exit 1 and nothing on stdout.
+on stderr with exit 1 and nothing on stdout. Shared scaffolding: ``neurontools.cli``.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from neurontools.cli import (
+    STOPPED,
+    BoolFlag,
+    UsageError,
+    arguments,
+    flag_lines,
+    parse_bool_flags,
+    print_go_flags_error,
+    print_logfmt_error,
+    show_help,
+    silence_stdout,
+    stop_signals,
+    stopped_status,
+)
 from neurontools.inventory import Inventory, InventoryError, inventory_from_dict
-from neurontools.messages import one_line
 from neurontools.sources.address import AddressError
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
 from neurontools.sources.tool_session import ToolSession
@@ -21,34 +33,29 @@ from neurontools.sources.tool_session import ToolSession
 PROG = "neuron-ls"
 
 _OPTIONS = (
-    # (short, long, attribute, help)
-    ("w", "wide", "wide", "Displays the table in a wider format."),
-    (
+    BoolFlag("w", "wide", "wide", "Displays the table in a wider format."),
+    BoolFlag(
         "a",
         "show-all-procs",
         "show_all",
         "Show all processes using the Neuron Devices, including processes that aren't using "
         "Neuron Runtime 2.x such as neuron-monitor or neuron-ls",
     ),
-    ("t", "topology", "topology", "Display topology information about the system's Neuron Devices."),
-    ("j", "json-output", "json_output", "Output in JSON format"),
+    BoolFlag("t", "topology", "topology", "Display topology information about the system's Neuron Devices."),
+    BoolFlag("j", "json-output", "json_output", "Output in JSON format"),
 )
 
 USAGE = (
     "Usage:\n"
     f"  {PROG} [OPTIONS]\n"
     "\n"
-    "Application Options:\n" + "".join(f"  -{s}, --{lng:<16}{text}\n" for s, lng, _, text in _OPTIONS) + "\n"
+    "Application Options:\n" + flag_lines(_OPTIONS) + "\n"
     "Help Options:\n"
     "  -h, --help            Show this help message\n"
     "\n"
     "Environment:\n"
     "  NEURON_EMULATOR_ADDR  emulator daemon address (socket path or http://127.0.0.1:PORT)\n"
 )
-
-
-class UsageError(Exception):
-    pass
 
 
 @dataclass
@@ -61,37 +68,8 @@ class Options:
 
 
 def parse_args(argv: Sequence[str]) -> Options:
-    opts = Options()
-    by_short = {s: attr for s, _, attr, _ in _OPTIONS}
-    by_long = {lng: attr for _, lng, attr, _ in _OPTIONS}
-    for arg in argv:
-        if arg in ("-h", "--help"):
-            opts.help = True
-        elif arg.startswith("--"):
-            name, eq, _ = arg[2:].partition("=")
-            if name == "help" and eq:
-                raise UsageError("bool flag `help' cannot have an argument")
-            if name not in by_long:
-                raise UsageError(f"unknown flag `{name}'")
-            if eq:
-                raise UsageError(f"bool flag `{name}' cannot have an argument")
-            setattr(opts, by_long[name], True)
-        elif arg.startswith("-") and len(arg) > 1:
-            for ch in arg[1:]:
-                if ch == "h":
-                    opts.help = True
-                elif ch in by_short:
-                    setattr(opts, by_short[ch], True)
-                else:
-                    raise UsageError(f"unknown flag `{ch}'")
-        else:
-            raise UsageError(f"unexpected argument `{arg}' ({PROG} takes no arguments)")
-    return opts
-
-
-def _logfmt_error(message: str) -> None:
-    escaped = one_line(message.replace("\\", "\\\\").replace('"', '\\"'))
-    print(f'level=error msg="{escaped}"', file=sys.stderr)
+    """go-flags parsing; raises :class:`UsageError` with go-flags' message."""
+    return Options(**parse_bool_flags(argv, _OPTIONS, PROG))
 
 
 def fetch_inventory(client: DaemonClient, command: str) -> Inventory:
@@ -101,27 +79,30 @@ def fetch_inventory(client: DaemonClient, command: str) -> Inventory:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = arguments(argv)
     try:
         opts = parse_args(argv)
     except UsageError as exc:
-        print(one_line(str(exc)))  # go-flags prints parse errors on stdout
-        return 1
+        return print_go_flags_error(str(exc))  # go-flags prints parse errors on stdout
     if opts.help:
-        sys.stdout.write(USAGE)
-        return 0
+        return show_help(USAGE)
+    try:
+        with stop_signals():
+            return _list(opts, argv)
+    except STOPPED as exc:  # Ctrl-C or SIGTERM while the daemon answers: the shell's 128 + signal
+        return stopped_status(exc)
 
+
+def _list(opts: Options, argv: list[str]) -> int:
     from neurontools.ls.render import render_json, render_text
 
     try:
         client = DaemonClient()
         inventory = fetch_inventory(client, " ".join([PROG, *argv]))
     except (DaemonUnavailable, AddressError) as exc:
-        _logfmt_error(str(exc))
-        return 1
+        return print_logfmt_error(str(exc))
     except (DaemonError, InventoryError) as exc:
-        _logfmt_error(f"unexpected answer from the Neuron emulator daemon: {exc}")
-        return 1
+        return print_logfmt_error(f"unexpected answer from the Neuron emulator daemon: {exc}")
 
     if opts.json_output:
         out = render_json(inventory, wide=opts.wide, show_all=opts.show_all)
@@ -130,8 +111,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         sys.stdout.write(out)
         sys.stdout.flush()
-    except BrokenPipeError:
-        # the reader went away (neuron-ls | head): not an error worth a traceback
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+    except BrokenPipeError:  # the reader went away (neuron-ls | head): not an error worth a traceback
+        silence_stdout()
     return 0

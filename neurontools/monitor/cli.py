@@ -21,16 +21,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol, TextIO
+from typing import Any, Protocol, TextIO
 
-from neurontools.messages import one_line
+from neurontools.cli import (
+    STOPPED,
+    RaisingParser,
+    UsageError,
+    arguments,
+    help_or_version,
+    print_error,
+    print_usage_error,
+    silence_stdout,
+    stop_signals,
+)
 from neurontools.monitor.config import ConfigError, GroupKey, MonitorConfig, default_config, load_config
 from neurontools.report.builder import Report, ReportBuilder
 from neurontools.report.encoding import encode_report
@@ -60,14 +67,6 @@ USAGE = (
 )
 
 
-class UsageError(Exception):
-    pass
-
-
-class _Terminated(Exception):
-    """SIGTERM arrived."""
-
-
 class SnapshotClient(Protocol):
     """What the monitor needs from a daemon client (``DaemonClient`` or a fake in tests)."""
 
@@ -85,11 +84,6 @@ class Options:
     help: bool = False
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
 def _verbosity(text: str) -> int:
     try:
         value = int(text)
@@ -101,7 +95,7 @@ def _verbosity(text: str) -> int:
 
 
 def parse_args(argv: Sequence[str]) -> Options:
-    parser = _Parser(prog=PROG, add_help=False, allow_abbrev=False)
+    parser = RaisingParser(prog=PROG, add_help=False, allow_abbrev=False)
     parser.add_argument("-c", "--config-file", dest="config_file")
     parser.add_argument("--verbose", type=_verbosity, default=0)
     parser.add_argument("-h", "--help", action="store_true")
@@ -206,7 +200,7 @@ class Monitor:
             self.session.ensure()
 
     def run(self, first: Snapshot | None = None) -> None:
-        """Report until interrupted (KeyboardInterrupt / _Terminated / BrokenPipeError propagate)."""
+        """Report until interrupted (KeyboardInterrupt / Terminated / BrokenPipeError propagate)."""
         periods = self.config.periods() or {HEARTBEAT: self.config.period}
         start = self.clock()
         schedule = Schedule(periods, start)
@@ -229,26 +223,6 @@ def _names(keys: Collection[GroupKey]) -> list[str]:
     return [group if runtime is None else f"{group}[{runtime}]" for runtime, group in keys if group]
 
 
-def _error(message: str) -> int:
-    print(f"{PROG}: error: {one_line(message)}", file=sys.stderr, flush=True)
-    return 1
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise _Terminated
-
-
-def _quiet_stdout(out: TextIO) -> None:
-    """The reader closed stdout: point it at /dev/null so the final flush at exit stays silent."""
-    try:
-        fd = out.fileno()
-    except (AttributeError, OSError, ValueError):
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)
-
-
 def main(
     argv: Sequence[str] | None = None,
     *,
@@ -257,45 +231,55 @@ def main(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = arguments(argv)
     out = stdout if stdout is not None else sys.stdout
     try:
         opts = parse_args(argv)
     except UsageError as exc:
-        return _error(f"{exc} (see {PROG} --help)")
-    if opts.help:
-        out.write(USAGE)
-        return 0
+        return print_usage_error(PROG, str(exc))
+    done = help_or_version(opts, PROG, USAGE, out)
+    if done is not None:
+        return done
     try:
         config = load_config(opts.config_file) if opts.config_file is not None else default_config()
     except ConfigError as exc:
-        return _error(str(exc))
+        return print_error(PROG, str(exc))
     try:
         daemon = client if client is not None else DaemonClient()
     except AddressError as exc:
-        return _error(str(exc))
+        return print_error(PROG, str(exc))
 
-    on_main_thread = threading.current_thread() is threading.main_thread()
-    previous_term = signal.signal(signal.SIGTERM, _raise_terminated) if on_main_thread else None
     session = ToolSession(daemon, " ".join([PROG, *argv]))  # type: ignore[arg-type]
     try:
-        try:
-            session.open()
-            first = fetch_snapshot(daemon)  # type: ignore[arg-type]
-        except DaemonUnavailable as exc:
-            return _error(str(exc))
-        except (DaemonError, SnapshotError) as exc:
-            return _error(f"unexpected answer from the Neuron emulator daemon: {exc}")
-        monitor = Monitor(daemon, config, out, session=session, clock=clock, sleep=sleep, verbose=opts.verbose)
-        try:
-            monitor.run(first)
-        except BrokenPipeError:
-            _quiet_stdout(out)
+        with stop_signals():  # SIGTERM: unregister from the daemon and exit 0, as on Ctrl-C
+            try:
+                return _monitor(daemon, config, out, session, opts.verbose, clock, sleep)
+            finally:
+                with contextlib.suppress(*STOPPED):
+                    session.close()
+    except STOPPED:
         return 0
-    except (KeyboardInterrupt, _Terminated):
-        return 0
-    finally:
-        with contextlib.suppress(KeyboardInterrupt, _Terminated):
-            session.close()
-        if on_main_thread and previous_term is not None:
-            signal.signal(signal.SIGTERM, previous_term)
+
+
+def _monitor(
+    daemon: SnapshotClient,
+    config: MonitorConfig,
+    out: TextIO,
+    session: ToolSession,
+    verbose: int,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> int:
+    try:
+        session.open()
+        first = fetch_snapshot(daemon)  # type: ignore[arg-type]
+    except DaemonUnavailable as exc:
+        return print_error(PROG, str(exc))
+    except (DaemonError, SnapshotError) as exc:
+        return print_error(PROG, f"unexpected answer from the Neuron emulator daemon: {exc}")
+    monitor = Monitor(daemon, config, out, session=session, clock=clock, sleep=sleep, verbose=verbose)
+    try:
+        monitor.run(first)
+    except BrokenPipeError:
+        silence_stdout(out)
+    return 0

@@ -24,10 +24,11 @@ from textual.containers import Vertical, VerticalScroll
 from textual.worker import get_current_worker
 
 from neurontools import __version__
+from neurontools.cli import UsageError, arguments, handle_signals, help_or_version, print_error, print_usage_error
 from neurontools.messages import one_line
 from neurontools.sources.address import AddressError, DaemonAddress, parse_address, resolve_address
 from neurontools.sources.report_stream import ReportStream
-from neurontools.top.cli import PROG, USAGE, Options, UsageError, parse_args
+from neurontools.top.cli import PROG, USAGE, Options, parse_args
 from neurontools.top.driver import QuietLinuxDriver
 from neurontools.top.model import Sample
 from neurontools.top.sampler import Sampler
@@ -219,11 +220,6 @@ class NeuronTopApp(App[None]):
 # -- main -----------------------------------------------------------------------------------------
 
 
-def _error(message: str) -> int:
-    print(f"{PROG}: error: {one_line(message)}", file=sys.stderr, flush=True)
-    return 1
-
-
 def _stdin_source() -> StreamSource:
     """Reports come on fd 0: move them to another fd and take keys from the terminal instead."""
     if os.isatty(0):
@@ -255,17 +251,14 @@ def make_source(opts: Options, argv: Sequence[str]) -> SampleSource:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = arguments(argv)
     try:
         opts = parse_args(argv)
     except UsageError as exc:
-        return _error(f"{exc} (see {PROG} --help)")
-    if opts.help:
-        sys.stdout.write(USAGE)
-        return 0
-    if opts.version:
-        print(f"{PROG} {__version__}")
-        return 0
+        return print_usage_error(PROG, str(exc))
+    done = help_or_version(opts, PROG, USAGE)
+    if done is not None:
+        return done
     try:
         if not opts.from_stdin:
             _address(opts)  # a bad address is the first thing to report
@@ -273,19 +266,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError("standard output is not a terminal (neuron-top is interactive; try neuron-monitor)")
         source = make_source(opts, argv)
     except UsageError as exc:
-        return _error(str(exc))
+        return print_error(PROG, str(exc))
     sampler = Sampler(source, __version__)
     app = NeuronTopApp(sampler, opts.interval)
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLD)
-    previous = signal.signal(signal.SIGTERM, lambda *_: app.exit())
     try:
-        app.run()
+        with handle_signals(lambda *_: app.exit(), signal.SIGTERM):  # SIGTERM: leave the screen, exit
+            app.run()
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
         with contextlib.suppress(Exception):
             sampler.close()
     _report_skipped(source)

@@ -1,7 +1,8 @@
 """neuron-top's command line: ``neuron-top [--interval SECONDS] [--source - | ADDRESS]``.
 
 The real tool takes no options and, since 2.20, rejects unknown arguments with an error and a
-clean exit; here every bad flag or value gets one line on stderr and exit status 1.
+clean exit; here every bad flag or value gets one line on stderr and exit status 1
+(``neurontools.cli``, argparse-like style).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import argparse
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NoReturn
+
+from neurontools.cli import RaisingParser
 
 PROG = "neuron-top"
 DEFAULT_INTERVAL = 1.0
@@ -36,10 +38,6 @@ Keys: q quit, 1-9 select tab, a/d previous/next tab, f FLOPS on/off, e engines o
 """
 
 
-class UsageError(Exception):
-    pass
-
-
 @dataclass(frozen=True)
 class Options:
     interval: float = DEFAULT_INTERVAL
@@ -50,11 +48,6 @@ class Options:
     @property
     def from_stdin(self) -> bool:
         return self.source == STDIN
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
 
 
 def _interval(text: str) -> float:
@@ -74,7 +67,8 @@ def _source(text: str) -> str:
 
 
 def parse_args(argv: Sequence[str]) -> Options:
-    parser = _Parser(prog=PROG, add_help=False, allow_abbrev=False)
+    """Raises :class:`UsageError` for a bad flag or value."""
+    parser = RaisingParser(prog=PROG, add_help=False, allow_abbrev=False)
     parser.add_argument("--interval", type=_interval, default=DEFAULT_INTERVAL)
     parser.add_argument("--source", type=_source)
     parser.add_argument("--version", action="store_true")

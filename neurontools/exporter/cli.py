@@ -1,0 +1,144 @@
+"""``neuron-exporter``: Prometheus metrics and a REST API for a Neuron host, read from the daemon.
+
+    neuron-exporter [--bind ADDR] [-p/--port PORT] [--interval SECONDS] [--per-process]
+
+The command line: options, then the exporter put together (daemon client, listening socket,
+collector, the app of ``app.py``) and served (``server.py``).
+
+* Listens on 127.0.0.1:8000 by default (``--bind 0.0.0.0`` to expose; port 0 picks a free port);
+  the address actually bound is printed as one line on stderr.
+* The daemon address comes from ``NEURON_EMULATOR_ADDR`` (README §The emulated instance). While it runs the
+  exporter is registered with the daemon as a tool, so ``neuron-ls -a`` lists it.
+* Bad flags: one line on stderr, exit 1 (``neurontools.cli``, argparse-like style). SIGINT /
+  SIGTERM: clean shutdown, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from neurontools.cli import (
+    STOPPED,
+    RaisingParser,
+    UsageError,
+    arguments,
+    help_or_version,
+    port_number,
+    print_error,
+    print_usage_error,
+    stop_signals,
+)
+from neurontools.exporter.app import PROG, Exposition, create_app
+from neurontools.exporter.collector import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL, Collector, CompatFeed
+from neurontools.exporter.server import listen, serve, url
+from neurontools.sources.address import AddressError
+from neurontools.sources.daemon_client import DaemonClient
+from neurontools.sources.tool_session import ToolSession
+
+DEFAULT_BIND = "127.0.0.1"
+DEFAULT_PORT = 8000  # where the official script serves and the dashboards' scrape config expects it
+SESSION_TIMEOUT = 1.0  # registering / unregistering with the daemon never holds shutdown longer
+
+USAGE = f"""\
+Usage:
+  {PROG} [OPTIONS]
+
+Serves Prometheus metrics (/metrics) and a REST API (/api/v1/, OpenAPI at /openapi.json) for the
+Neuron devices of this host, read from the Neuron emulator daemon in the background.
+
+Options:
+      --bind ADDR         address to listen on (default: {DEFAULT_BIND}; 0.0.0.0 or :: to expose)
+  -p, --port PORT         TCP port, 0 for any free one (default: {DEFAULT_PORT})
+      --interval SECONDS  collection interval, {MIN_INTERVAL:g}-{MAX_INTERVAL:g} (default: {DEFAULT_INTERVAL:g})
+      --per-process       also export per-process series (labels pid, runtime_tag)
+      --version           print the version and exit
+  -h, --help              show this help and exit
+
+Environment:
+  NEURON_EMULATOR_ADDR    emulator daemon address (socket path or http://127.0.0.1:PORT)
+"""
+
+
+@dataclass(frozen=True)
+class Options:
+    bind: str = DEFAULT_BIND
+    port: int = DEFAULT_PORT
+    interval: float = DEFAULT_INTERVAL
+    per_process: bool = False
+    help: bool = False
+    version: bool = False
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid interval {text!r} (expected seconds, e.g. 1 or 0.5)") from None
+    if not math.isfinite(value) or not MIN_INTERVAL <= value <= MAX_INTERVAL:
+        raise argparse.ArgumentTypeError(
+            f"interval {text} is out of range (expected {MIN_INTERVAL:g} to {MAX_INTERVAL:g} seconds)"
+        )
+    return value
+
+
+def _bind(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text.strip("[]")))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid address {text!r} (expected an IP address, e.g. 0.0.0.0)") from None
+
+
+def parse_args(argv: Sequence[str]) -> Options:
+    """Raises :class:`UsageError` for a bad flag or value."""
+    parser = RaisingParser(prog=PROG, add_help=False, allow_abbrev=False)
+    parser.add_argument("--bind", type=_bind, default=DEFAULT_BIND)
+    parser.add_argument("-p", "--port", type=port_number, default=DEFAULT_PORT)
+    parser.add_argument("--interval", type=_interval, default=DEFAULT_INTERVAL)
+    parser.add_argument("--per-process", action="store_true")
+    parser.add_argument("--version", action="store_true")
+    parser.add_argument("-h", "--help", action="store_true")
+    ns = parser.parse_args(list(argv))
+    return Options(ns.bind, ns.port, ns.interval, ns.per_process, ns.help, ns.version)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = arguments(argv)
+    try:
+        with stop_signals():  # until the server takes SIGINT/SIGTERM over (server.py)
+            return _main(argv)
+    except STOPPED:
+        return 0
+
+
+def _main(argv: list[str]) -> int:
+    try:
+        opts = parse_args(argv)
+    except UsageError as exc:
+        return print_usage_error(PROG, str(exc))
+    done = help_or_version(opts, PROG, USAGE)
+    if done is not None:
+        return done
+    try:
+        client = DaemonClient(timeout=min(max(2 * opts.interval, 1.0), 5.0))
+    except AddressError as exc:
+        return print_error(PROG, str(exc))
+    try:
+        sock = listen(opts.bind, opts.port)
+    except OSError as exc:
+        return print_error(PROG, f"cannot listen on {opts.bind}:{opts.port}: {exc.strerror or exc}")
+
+    session = ToolSession(DaemonClient(client.address, timeout=SESSION_TIMEOUT), " ".join([PROG, *argv]))
+    collector = Collector(client, opts.interval, compat=CompatFeed.load(), session=session)
+    app = create_app(collector, Exposition(collector, per_process=opts.per_process), session=session)
+    print(f"{PROG}: serving {url(sock)}/metrics (daemon {client.address})", file=sys.stderr, flush=True)
+    serve(app, sock)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 
 from neurontools.cli import CliError, RaisingParser, UsageError, print_error, print_usage_error
+from neurontools.report.names import ECC_EVENTS, MEM_ECC_UNCORRECTED
 from neurontools.sources.address import (
     AddressError,
     DaemonAddress,
@@ -32,6 +33,7 @@ PROG = "neuron-emulator"
 DETACH_TIMEOUT_S = 30.0
 DOWN_TIMEOUT_S = 10.0
 USAGE_STATUS = 2  # a flag that cannot be used (UsageError): argparse's exit status
+DEFAULT_ECC_EVENT = MEM_ECC_UNCORRECTED.key  # `neuron-emulator fault ecc` without --type
 IDENTITY_FLAGS = (
     "--instance-id",
     "--instance-name",
@@ -136,10 +138,10 @@ def _build_parser() -> argparse.ArgumentParser:
     fault.add_argument(
         "--type",
         dest="event_type",
-        default="mem_ecc_uncorrected",
-        choices=["mem_ecc_corrected", "mem_ecc_uncorrected", "sram_ecc_corrected", "sram_ecc_uncorrected"],
+        default=DEFAULT_ECC_EVENT,
+        choices=ECC_EVENTS,
         metavar="EVENT",
-        help="mem_ecc_corrected, mem_ecc_uncorrected (default), sram_ecc_corrected, sram_ecc_uncorrected",
+        help=", ".join(f"{e} (default)" if e == DEFAULT_ECC_EVENT else e for e in ECC_EVENTS),
     )
     fault.add_argument("--count", type=int, default=1, metavar="N", help="events to count (default 1)")
     fault.add_argument("--socket", metavar="PATH", help="daemon socket (default: NEURON_EMULATOR_ADDR)")

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from emulator.runtime.errors import NeuronRuntimeError
+from neurontools.report.names import CORE_MEMORY_KEYS
 
 NRT_RESOURCE_STATUS = 4
 
@@ -59,13 +60,8 @@ class CoreUsage:
         return self.constants + self.model_code + self.model_shared_scratchpad + self.runtime_memory + self.tensors
 
     def to_dict(self) -> dict[str, int]:
-        return {
-            "constants": self.constants,
-            "model_code": self.model_code,
-            "model_shared_scratchpad": self.model_shared_scratchpad,
-            "runtime_memory": self.runtime_memory,
-            "tensors": self.tensors,
-        }
+        """By category, in the report's key order (``report.names.CORE_MEMORY_KEYS``)."""
+        return {key: getattr(self, key) for key in CORE_MEMORY_KEYS}
 
 
 class _Lease:

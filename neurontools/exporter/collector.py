@@ -34,13 +34,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from neurontools.exporter.compat_feed import CompatFeed
-from neurontools.exporter.fields import ENGINE_LABEL_VALUES
 from neurontools.exporter.history import HISTORY_ROWS, HISTORY_STEP, History
 from neurontools.exporter.totals import Accumulator, Totals
 from neurontools.inventory import Inventory, InventoryError, inventory_from_dict
+from neurontools.report import fields
 from neurontools.report.builder import Report, ReportBuilder
 from neurontools.report.monitor_config import every_group_config
 from neurontools.report.period import Period, measure, period_between
+from neurontools.report.schema import ENGINE_KEYS
 from neurontools.report.snapshot import Snapshot, SnapshotError, fetch_snapshot
 from neurontools.sources.daemon_client import DaemonError, DaemonUnavailable
 from neurontools.sources.tool_session import ToolSession
@@ -101,19 +102,20 @@ class CollectedState:
 def history_values(
     base: Snapshot, cur: Snapshot, period: Period | None = None
 ) -> dict[tuple[str, int | None], float]:
-    """One history row: per-core figures over ``base`` -> ``cur``, HBM and host values at ``cur``.
-    ``period``: the caller's ``measure(base, cur)`` if it has one."""
+    """One history row: per-core figures over ``base`` -> ``cur``, HBM and host values at ``cur``,
+    keyed by (series name, core) with the names of ``report.fields.HISTORY_PER_CORE`` and
+    ``HISTORY_HOST``. ``period``: the caller's ``measure(base, cur)`` if it has one."""
     period = period_between(base, cur, period)
     values: dict[tuple[str, int | None], float] = {}
     for core, work in period.cores.items():
-        values["utilization", core] = work.utilization
-        values["flops_per_second", core] = work.flops_per_second
-        values["hbm_used_bytes", core] = float(sum(period.hbm.get(core, {}).values()))
-        for engine in ENGINE_LABEL_VALUES:
-            values[f"{engine}_engine_utilization", core] = work.engine_utilization(engine)
+        values[fields.CORE_UTILIZATION.key, core] = work.utilization
+        values[fields.CORE_FLOPS_PER_SECOND.key, core] = work.flops_per_second
+        values[fields.CORE_HBM_USED_TOTAL.key, core] = float(sum(period.hbm.get(core, {}).values()))
+        for engine, series in zip(ENGINE_KEYS, fields.ENGINE_UTILIZATIONS, strict=True):
+            values[series.key, core] = work.engine_utilization(engine)
     if period.host_cpu_utilization is not None:
-        values["host_cpu_utilization", None] = period.host_cpu_utilization
-    values["host_memory_used_bytes", None] = float(period.cur.host.memory.used)
+        values[fields.HOST_CPU_UTILIZATION.key, None] = period.host_cpu_utilization
+    values[fields.HOST_MEMORY_IN_USE.key, None] = float(period.cur.host.memory.used)
     return values
 
 

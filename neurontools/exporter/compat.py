@@ -52,6 +52,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from neurontools.report.json_values import describe, is_number, is_object
+from neurontools.report.names import CORE_MEMORY_KEYS, ECC_EVENTS
 
 APP = "app"  # per Neuron runtime process: instance labels + runtime_tag + the family's labels
 SYSTEM = "system"  # per host: instance labels + the family's labels
@@ -68,8 +69,6 @@ INSTANCE_LABELS: tuple[tuple[str, str], ...] = (
 )
 OPTIONAL_INSTANCE_LABELS: tuple[tuple[str, str], ...] = (("ultraserver_id", "ultraserver_id"),)
 
-CORE_MEMORY_KINDS = ("constants", "model_code", "model_shared_scratchpad", "runtime_memory", "tensors")
-ECC_EVENTS = ("mem_ecc_corrected", "mem_ecc_uncorrected", "sram_ecc_corrected", "sram_ecc_uncorrected")
 VCPU_AGGREGATES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("user", ("user", "nice")),
     ("system", ("system", "io_wait", "irq", "soft_irq")),
@@ -131,7 +130,7 @@ FAMILIES: tuple[CompatFamily, ...] = (
         ("memory_location",),
         "memory_used.neuron_runtime_used_bytes.{host,neuron_device}",
     ),
-    *(_core_memory(kind) for kind in CORE_MEMORY_KINDS),
+    *(_core_memory(kind) for kind in CORE_MEMORY_KEYS),
     CompatFamily(
         "execution_errors_total",
         "counter",
@@ -289,7 +288,7 @@ def _memory_used(batch: _Batch, data: Mapping[str, Any]) -> None:
     if "usage_breakdown" not in used:  # pre-2.5 report: totals only
         return
     cores = _mapping(_mapping(used["usage_breakdown"], "usage_breakdown")["neuroncore_memory_usage"], "cores")
-    for kind in CORE_MEMORY_KINDS:
+    for kind in CORE_MEMORY_KEYS:
         name = f"neuroncore_memory_usage_{kind}"
         batch.declare(name)
         for core, usage in cores.items():

@@ -1,9 +1,9 @@
-"""The extended metric families (``fields.FAMILIES``) rendered from the latest collected state.
+"""The extended metric families (``report.fields.EXTENDED_METRICS``) rendered from the latest collected state.
 
 ``ExtendedCollector`` is a prometheus_client custom collector: a scrape reads the state the
 collection thread published last and turns it into metric families; it never talks to the daemon.
-Names, types, help texts and label names come from the ``fields`` table; this module only says
-where each family's samples come from (``SAMPLERS``, one function per family name).
+Names, types, help texts and label names come from the field table (``report.fields``); this
+module only says where each family's samples come from (``SAMPLERS``, one function per quantity).
 """
 
 from __future__ import annotations
@@ -22,16 +22,18 @@ from prometheus_client.utils import floatToGoString
 
 from neurontools import __version__
 from neurontools.exporter.collector import CollectedState
-from neurontools.exporter.fields import (
-    ENGINE_LABEL_VALUES,
-    FAMILIES,
-    HBM_CATEGORIES,
-    LATENCY_BUCKETS,
-    PER_PROCESS_FAMILIES,
-    Family,
-)
+from neurontools.exporter.fields import LATENCY_BUCKETS
+from neurontools.report import fields
+from neurontools.report.fields import EXTENDED_METRICS, PER_PROCESS_METRICS, Family, Quantity, family_of
 from neurontools.report.period import LINK_TYPES
-from neurontools.report.schema import ERROR_SUMMARY_KEYS, EXECUTION_SUMMARY_KEYS, HW_COUNTER_KEYS, VCPU_FIELDS
+from neurontools.report.schema import (
+    CORE_MEMORY_KEYS,
+    ENGINE_KEYS,
+    ERROR_SUMMARY_KEYS,
+    EXECUTION_SUMMARY_KEYS,
+    HW_COUNTER_KEYS,
+    VCPU_FIELDS,
+)
 
 Sample = tuple[tuple[str, ...], Any]  # label values in the family's label order, value
 Sampler = Callable[[CollectedState], list[Sample]]
@@ -70,7 +72,7 @@ def _busy(state: CollectedState) -> list[Sample]:
 
 def _engine_busy(state: CollectedState) -> list[Sample]:
     t = state.totals.engines
-    return [((d, c, e), t.get((core, e), 0.0)) for d, c, core in _cores(state) for e in ENGINE_LABEL_VALUES]
+    return [((d, c, e), t.get((core, e), 0.0)) for d, c, core in _cores(state) for e in ENGINE_KEYS]
 
 
 def _engine_utilization(state: CollectedState) -> list[Sample]:
@@ -81,7 +83,7 @@ def _engine_utilization(state: CollectedState) -> list[Sample]:
         ((d, c, e), period.cores[core].engine_utilization(e))
         for d, c, core in _cores(state)
         if core in period.cores
-        for e in ENGINE_LABEL_VALUES
+        for e in ENGINE_KEYS
     ]
 
 
@@ -191,37 +193,37 @@ def _process_hbm(state: CollectedState) -> list[Sample]:
         ((str(p.pid), p.tag, str(core), cat), getattr(usage, cat))
         for p in state.snapshot.runtime_processes
         for core, usage in p.memory.cores.items()
-        for cat in HBM_CATEGORIES
+        for cat in CORE_MEMORY_KEYS
     ]
 
 
-SAMPLERS: dict[str, Sampler] = {
-    "neuron_instance_info": _instance_info,
-    "neuroncore_busy_seconds_total": _busy,
-    "neuroncore_engine_busy_seconds_total": _engine_busy,
-    "neuroncore_engine_utilization_ratio": _engine_utilization,
-    "neuroncore_flops_total": _flops,
-    "neuroncore_in_use": _in_use,
-    "neurondevice_hbm_used_bytes": _hbm_used,
-    "neurondevice_hbm_total_bytes": _hbm_total,
-    "neuron_executions_total": _executions,
-    "neuron_execution_errors_total": _errors,
-    "neuron_execution_latency_seconds": _latency,
-    "neuron_compile_cache_hits_total": lambda s: [((), s.totals.compile_hits)],
-    "neuron_compile_cache_misses_total": lambda s: [((), s.totals.compile_misses)],
-    "neuron_collective_bytes_total": _collective_bytes,
-    "neuron_collective_operations_total": _collective_operations,
-    "neuron_runtime_processes": _runtime_processes,
-    "neuron_ecc_events_total": _ecc,
-    "neuron_host_cpu_seconds_total": _host_cpu,
-    "neuron_host_memory_used_bytes": _host_memory_used,
-    "neuron_host_memory_total_bytes": _host_memory_total,
-    "neuron_exporter_build_info": _build_info,
-    "neuron_exporter_source_up": _source_up,
-    "neuron_exporter_collection_duration_seconds": _duration,
-    "neuron_exporter_last_collection_timestamp_seconds": _last_collection,
-    "neuron_process_neuroncore_busy_seconds_total": _process_busy,
-    "neuron_process_hbm_used_bytes": _process_hbm,
+SAMPLERS: dict[Quantity, Sampler] = {
+    fields.INSTANCE_INFO: _instance_info,
+    fields.CORE_BUSY_SECONDS: _busy,
+    fields.CORE_ENGINE_BUSY_SECONDS: _engine_busy,
+    fields.CORE_ENGINE_UTILIZATION: _engine_utilization,
+    fields.CORE_FLOPS: _flops,
+    fields.CORE_IN_USE: _in_use,
+    fields.DEVICE_HBM_USED: _hbm_used,
+    fields.DEVICE_HBM_TOTAL: _hbm_total,
+    fields.EXECUTIONS_TOTAL: _executions,
+    fields.EXECUTION_ERRORS_TOTAL: _errors,
+    fields.EXECUTION_LATENCY: _latency,
+    fields.COMPILE_CACHE_HITS_TOTAL: lambda s: [((), s.totals.compile_hits)],
+    fields.COMPILE_CACHE_MISSES_TOTAL: lambda s: [((), s.totals.compile_misses)],
+    fields.COLLECTIVE_BYTES_TOTAL: _collective_bytes,
+    fields.COLLECTIVE_OPERATIONS_TOTAL: _collective_operations,
+    fields.RUNTIME_PROCESSES: _runtime_processes,
+    fields.ECC_EVENTS_TOTAL: _ecc,
+    fields.HOST_CPU_SECONDS: _host_cpu,
+    fields.HOST_MEMORY_USED: _host_memory_used,
+    fields.HOST_MEMORY_TOTAL: _host_memory_total,
+    fields.BUILD_INFO: _build_info,
+    fields.SOURCE_UP: _source_up,
+    fields.COLLECTION_DURATION: _duration,
+    fields.LAST_COLLECTION: _last_collection,
+    fields.PROCESS_CORE_BUSY_SECONDS: _process_busy,
+    fields.PROCESS_HBM_HELD: _process_hbm,
 }
 
 
@@ -256,9 +258,10 @@ class ExtendedCollector:
 
     def __init__(self, state: Callable[[], CollectedState], *, per_process: bool = False) -> None:
         self.state = state
-        self.families = FAMILIES + (PER_PROCESS_FAMILIES if per_process else ())
+        self.quantities = EXTENDED_METRICS + (PER_PROCESS_METRICS if per_process else ())
+        self.families = tuple(family_of(q) for q in self.quantities)
 
     def collect(self) -> Iterator[Metric]:
         state = self.state()  # one immutable object for the whole scrape
-        for family in self.families:
-            yield family_metric(family, SAMPLERS[family.name](state))
+        for quantity, family in zip(self.quantities, self.families, strict=True):
+            yield family_metric(family, SAMPLERS[quantity](state))

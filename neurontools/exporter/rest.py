@@ -28,21 +28,19 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from neurontools import __version__
 from neurontools.exporter.collector import CollectedState
-from neurontools.exporter.fields import BY_NAME, ENGINE_LABEL_VALUES, HBM_CATEGORIES
 from neurontools.exporter.history import HISTORY_ROWS, History
 from neurontools.inventory import HardwareInfo, InstanceIdentity
+from neurontools.report import fields
 from neurontools.report.encoding import encode_report
-from neurontools.report.schema import HW_COUNTER_KEYS
+from neurontools.report.schema import CORE_MEMORY_KEYS, HW_COUNTER_KEYS
 from neurontools.report.snapshot import ProcessSnapshot
 
 PREFIX = "/api/v1"
 
 
-def _help(name: str) -> str:
-    return BY_NAME[name].help
-
-
 # -- response models ------------------------------------------------------------------------------
+# Field descriptions come from the field table (report.fields): the exposition's HELP texts and
+# these cannot drift apart.
 
 
 class ErrorBody(BaseModel):
@@ -53,21 +51,19 @@ class InstanceResponse(BaseModel):
     instance: InstanceIdentity  # the inventory dataclasses: their fields are written once
     hardware: HardwareInfo
     exporter_version: str
-    source_up: bool = Field(description=_help("neuron_exporter_source_up"))
-    source_error: str = Field(description="why the last collection failed ('' when it succeeded)")
+    source_up: bool = Field(description=fields.SOURCE_UP.text)
+    source_error: str = Field(description=fields.SOURCE_ERROR.text)
     collection_interval_seconds: float
-    last_collection_timestamp_seconds: float | None = Field(
-        description=_help("neuron_exporter_last_collection_timestamp_seconds")
-    )
+    last_collection_timestamp_seconds: float | None = Field(description=fields.LAST_COLLECTION.text)
 
 
 class DeviceResponse(BaseModel):
     neuron_device: int
     neuroncores: list[int]
-    hbm_total_bytes: int = Field(description=_help("neurondevice_hbm_total_bytes"))
-    hbm_used_bytes: dict[str, int] = Field(description=_help("neurondevice_hbm_used_bytes"))
-    ecc_events: dict[str, int] = Field(description="cumulative hardware ECC events by type (daemon counters)")
-    bdf: str | None = Field(None, description="PCI address (from the daemon inventory)")
+    hbm_total_bytes: int = Field(description=fields.DEVICE_HBM_TOTAL.text)
+    hbm_used_bytes: dict[str, int] = Field(description=fields.DEVICE_HBM_USED.text)
+    ecc_events: dict[str, int] = Field(description=fields.DEVICE_ECC_EVENTS.text)
+    bdf: str | None = Field(None, description=fields.DEVICE_BDF.text)
     numa_node: int | None = None
     cpu_affinity: str | None = None
     connected_to: list[int] | None = None
@@ -81,14 +77,14 @@ class Owner(BaseModel):
 class NeuronCoreResponse(BaseModel):
     neuroncore: int
     neuron_device: int
-    owner: Owner | None = Field(description="the runtime process owning the NeuronCore, if any")
-    period_seconds: float | None = Field(description="length of the last collection period (null before two)")
-    utilization: float | None = Field(description="NeuronCore busy share over the last collection period (0-1)")
-    engine_utilization: dict[str, float] | None = Field(description=_help("neuroncore_engine_utilization_ratio"))
-    flops_per_second: float | None = Field(description="FLOPs executed per second over the last collection period")
-    hbm_used_bytes: dict[str, int] = Field(description="device memory held on the NeuronCore by category")
-    busy_seconds_total: float = Field(description=_help("neuroncore_busy_seconds_total"))
-    flops_total: int = Field(description=_help("neuroncore_flops_total"))
+    owner: Owner | None = Field(description=fields.CORE_OWNER.text)
+    period_seconds: float | None = Field(description=fields.PERIOD_SECONDS.text)
+    utilization: float | None = Field(description=fields.CORE_UTILIZATION.text)
+    engine_utilization: dict[str, float] | None = Field(description=fields.CORE_ENGINE_UTILIZATION.text)
+    flops_per_second: float | None = Field(description=fields.CORE_FLOPS_PER_SECOND.text)
+    hbm_used_bytes: dict[str, int] = Field(description=fields.CORE_HBM_USED.text)
+    busy_seconds_total: float = Field(description=fields.CORE_BUSY_SECONDS.text)
+    flops_total: int = Field(description=fields.CORE_FLOPS.text)
 
 
 class CpuSeconds(BaseModel):
@@ -99,21 +95,17 @@ class CpuSeconds(BaseModel):
 class ProcessResponse(BaseModel):
     pid: int
     runtime_tag: str
-    kind: str = Field(description="'runtime' (a Neuron runtime process owning NeuronCores)")
+    kind: str = Field(description=fields.PROCESS_KIND.text)
     command: str
     runtime_version: str
     neuroncores: list[int]
     cpu_seconds: CpuSeconds | None = None
-    executions: dict[str, int] = Field(default_factory=dict, description="cumulative executions by outcome")
-    errors: dict[str, int] = Field(default_factory=dict, description="cumulative execution errors by kind")
-    compile_cache: dict[str, int] = Field(default_factory=dict, description="cumulative hits and misses")
-    hbm_used_bytes: dict[str, dict[str, int]] = Field(
-        default_factory=dict, description="device memory by NeuronCore (key) and category"
-    )
+    executions: dict[str, int] = Field(default_factory=dict, description=fields.PROCESS_EXECUTIONS.text)
+    errors: dict[str, int] = Field(default_factory=dict, description=fields.PROCESS_ERRORS.text)
+    compile_cache: dict[str, int] = Field(default_factory=dict, description=fields.PROCESS_COMPILE_CACHE.text)
+    hbm_used_bytes: dict[str, dict[str, int]] = Field(default_factory=dict, description=fields.PROCESS_HBM_USED.text)
     host_memory_bytes: int = 0
-    neuroncore_utilization: dict[str, float] | None = Field(
-        None, description="busy share of each owned NeuronCore over the last collection period (0-1)"
-    )
+    neuroncore_utilization: dict[str, float] | None = Field(None, description=fields.PROCESS_CORE_UTILIZATION.text)
 
 
 class HistoryMetric(BaseModel):
@@ -125,14 +117,14 @@ class HistoryMetric(BaseModel):
 
 class HistorySeries(BaseModel):
     neuroncore: int | None
-    points: list[tuple[float, float]] = Field(description="[unix time, value], oldest first")
+    points: list[tuple[float, float]] = Field(description=fields.HISTORY_POINTS.text)
 
 
 class HistoryResponse(BaseModel):
     metric: str
     unit: str
-    step_seconds: float = Field(description="spacing of the points (the collection interval, at least 1 s)")
-    capacity: int = Field(description="points kept per series (older ones are dropped)")
+    step_seconds: float = Field(description=fields.HISTORY_STEP.text)
+    capacity: int = Field(description=fields.HISTORY_CAPACITY.text)
     series: list[HistorySeries]
 
 
@@ -146,16 +138,11 @@ class _Metric:
     description: str
 
 
+# Names, units and descriptions from the field table; per NeuronCore first, then the host.
 HISTORY_METRICS: dict[str, _Metric] = {
-    "utilization": _Metric("ratio", True, "NeuronCore busy share over each step (0-1)"),
-    "flops_per_second": _Metric("flops/s", True, "FLOPs executed per second over each step"),
-    "hbm_used_bytes": _Metric("bytes", True, "device memory held on the NeuronCore, all categories"),
-    **{
-        f"{e}_engine_utilization": _Metric("ratio", True, f"{e} engine busy share over each step (0-1)")
-        for e in ENGINE_LABEL_VALUES
-    },
-    "host_cpu_utilization": _Metric("ratio", False, "host CPU busy share (all vCPUs) over each step (0-1)"),
-    "host_memory_used_bytes": _Metric("bytes", False, "host memory in use"),
+    q.key: _Metric(q.unit, per_core, q.text_over(fields.EACH_STEP))
+    for per_core, series in ((True, fields.HISTORY_PER_CORE), (False, fields.HISTORY_HOST))
+    for q in series
 }
 
 
@@ -266,7 +253,7 @@ def neuroncores_view(state: CollectedState) -> list[NeuronCoreResponse]:
                 utilization=work.utilization if work else None,
                 engine_utilization=work.engine_utilizations if work else None,
                 flops_per_second=work.flops_per_second if work else None,
-                hbm_used_bytes=period.hbm.get(core, dict.fromkeys(HBM_CATEGORIES, 0)),
+                hbm_used_bytes=period.hbm.get(core, dict.fromkeys(CORE_MEMORY_KEYS, 0)),
                 busy_seconds_total=state.totals.busy.get(core, 0.0),
                 flops_total=state.totals.flops.get(core, 0),
             )
@@ -303,7 +290,7 @@ def processes_view(state: CollectedState) -> list[ProcessResponse]:
             entry.errors = vars(p.errors).copy()
             entry.compile_cache = {"hits": p.compile_cache.hits, "misses": p.compile_cache.misses}
             entry.hbm_used_bytes = {
-                str(core): {cat: getattr(usage, cat) for cat in HBM_CATEGORIES}
+                str(core): {cat: getattr(usage, cat) for cat in CORE_MEMORY_KEYS}
                 for core, usage in p.memory.cores.items()
             }
             entry.host_memory_bytes = p.memory.host.total

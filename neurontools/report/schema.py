@@ -7,6 +7,15 @@ for help texts and validation messages.
 
 from __future__ import annotations
 
+# Engine, memory category and ECC event names are written once, in report.names; their key
+# orders are re-exported here with the report's other key orders.
+from neurontools.report.names import CORE_MEMORY_KEYS as CORE_MEMORY_KEYS
+from neurontools.report.names import ECC_EVENTS as ECC_EVENTS
+from neurontools.report.names import ENGINE_KEYS as ENGINE_KEYS
+from neurontools.report.names import HOST_MEMORY_KEYS as HOST_MEMORY_KEYS
+from neurontools.report.names import HW_COUNTER_KEYS as HW_COUNTER_KEYS
+from neurontools.report.names import SUBGRAPH_DEVICE_MEMORY_KEYS as SUBGRAPH_DEVICE_MEMORY_KEYS
+
 # -- metric groups --------------------------------------------------------------------------------
 
 NEURONCORE_COUNTERS = "neuroncore_counters"
@@ -67,18 +76,9 @@ PERCENTILES: tuple[tuple[str, float], ...] = (
 )
 LATENCY_KINDS = ("total_latency", "device_latency")
 
-# NeuronCore-v2 engines whose busy time the daemon snapshot carries (docs/snapshot.md).
-ENGINE_KEYS = ("tensor", "vector", "scalar", "gpsimd", "dma")
-HOST_MEMORY_KEYS = ("application_memory", "constants", "dma_buffers", "tensors")
-CORE_MEMORY_KEYS = ("constants", "model_code", "model_shared_scratchpad", "runtime_memory", "tensors")
-# A subgraph's load-time device allocation has no scratchpad key.
-SUBGRAPH_DEVICE_MEMORY_KEYS = ("constants", "model_code", "runtime_memory", "tensors")
 
 VCPU_FIELDS = ("user", "nice", "system", "idle", "io_wait", "irq", "soft_irq")
 PROCESS_CPU_FIELDS = ("user", "system")
-
-# neuron_hw_counters device entries (report order differs from the sysfs/daemon order).
-HW_COUNTER_KEYS = ("mem_ecc_corrected", "mem_ecc_uncorrected", "sram_ecc_uncorrected", "sram_ecc_corrected")
 
 INSTANCE_INFO_KEYS = (
     "instance_name",

@@ -15,17 +15,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from neurontools.report.names import DEVICE_CATEGORIES
 from neurontools.top.formats import core_label, device_label
 from neurontools.top.model import ModelMemory, Sample
 from neurontools.top.view import cores_memory, selected
 
-# Category leaves: (label, device key, host key or None when the category has no host part)
-CATEGORIES: tuple[tuple[str, str, str | None], ...] = (
-    ("Tensors", "tensors", "tensors"),
-    ("Constants", "constants", "constants"),
-    ("Model Code", "model_code", None),
-    ("Runtime Memory", "runtime_memory", None),
-    ("Model Scratchpad", "model_shared_scratchpad", None),
+# Category leaves: (label, device key, host key or None when the category has no host part),
+# from the category table (report.names).
+CATEGORIES: tuple[tuple[str, str, str | None], ...] = tuple(
+    (c.label, c.key, c.key if c.host else None) for c in DEVICE_CATEGORIES
 )
 NO_HOST = -1  # host column left empty: the row has no host part
 

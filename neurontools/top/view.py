@@ -13,24 +13,20 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from neurontools.report.fields import MEMORY_TOTAL
+from neurontools.report.names import DEVICE_CATEGORIES, HOST_CATEGORIES
 from neurontools.report.schema import CORE_MEMORY_KEYS
 from neurontools.top.model import AppSample, Sample
 
-# Memory Usage Summary rows: (label, key); key None = the row's total.
+# Memory Usage Summary rows: (label, key); key None = the row's total. Labels and order from
+# the category table (report.names).
 HOST_ROW: tuple[tuple[str, str | None], ...] = (
-    ("Total", None),
-    ("Tensors", "tensors"),
-    ("Constants", "constants"),
-    ("DMA Buffers", "dma_buffers"),
-    ("App. Memory", "application_memory"),
+    (MEMORY_TOTAL.label, None),
+    *((c.label, c.key) for c in HOST_CATEGORIES),
 )
 DEVICE_ROW: tuple[tuple[str, str | None], ...] = (
-    ("Total", None),
-    ("Tensors", "tensors"),
-    ("Constants", "constants"),
-    ("Model Code", "model_code"),
-    ("Runtime Memory", "runtime_memory"),
-    ("Model Scratchpad", "model_shared_scratchpad"),
+    (MEMORY_TOTAL.label, None),
+    *((c.label, c.key) for c in DEVICE_CATEGORIES),
 )
 
 

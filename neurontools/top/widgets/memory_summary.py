@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.text import Text
 
+from neurontools.report.fields import APP_DEVICE_MEMORY, APP_HOST_MEMORY
 from neurontools.top.formats import fmt_bytes
 from neurontools.top.view import device_memory, host_memory
 from neurontools.top.widgets.panel import TextPanel
@@ -39,6 +40,6 @@ class MemorySummary(TextPanel):
             return []
         pid = self.state.pid
         return [
-            *_row("Host Used Memory", host_memory(self.sample, pid), width),
-            *_row("Device Used Memory", device_memory(self.sample, pid), width),
+            *_row(APP_HOST_MEMORY.label, host_memory(self.sample, pid), width),
+            *_row(APP_DEVICE_MEMORY.label, device_memory(self.sample, pid), width),
         ]

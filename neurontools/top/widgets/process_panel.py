@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from neurontools.report.fields import COMPILE_CACHE_HITS, STEPS_PER_SECOND
 from neurontools.top.formats import NA, fmt_core_list, fmt_count, fmt_rate
 from neurontools.top.widgets.drawing import SECTION, SELECTED_ROW, fit
 from neurontools.top.widgets.panel import TextPanel
 
 # (heading, width; 0 = the rest), right-aligned?
 COLUMNS = (("PID", 8, True), ("Tag", 14, False), ("Command", 0, False), ("Cores", 8, False))
-COLUMNS += (("Steps/s", 9, True), ("Cache hits", 11, True))
+COLUMNS += ((STEPS_PER_SECOND.label, 9, True), (COMPILE_CACHE_HITS.label, 11, True))
 TITLE = "Neuron Processes"
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.text import Text
 
+from neurontools.report.fields import RUNTIME_VCPU, SYSTEM_VCPU
 from neurontools.top.formats import fmt_cpu_pair
 from neurontools.top.view import runtime_vcpu
 from neurontools.top.widgets.drawing import FILLED, NA_STYLE, SYSTEM, bar
@@ -26,8 +27,8 @@ class VcpuPanel(TextPanel):
         if self.sample is None:
             return []
         rows = (
-            ("System vCPU Usage", self.sample.system_vcpu),
-            ("Runtime vCPU Usage", runtime_vcpu(self.sample, self.state.pid)),
+            (SYSTEM_VCPU.label, self.sample.system_vcpu),
+            (RUNTIME_VCPU.label, runtime_vcpu(self.sample, self.state.pid)),
         )
         figures = [fmt_cpu_pair(*(pair if pair is not None else (None, None))) for _, pair in rows]
         pair_w = max(PAIR, *(len(f) + 1 for f in figures))  # both bars end in the same column

@@ -21,6 +21,7 @@ import psutil
 
 from neurontools.inventory import RUNTIME, Inventory, NeuronProcess
 from neurontools.report.schema import CORE_MEMORY_KEYS as CORE_CATEGORIES
+from neurontools.report.schema import ECC_EVENTS
 from neurontools.report.schema import ENGINE_KEYS as ENGINES
 from neurontools.report.schema import ERROR_SUMMARY_KEYS as ERROR_KINDS
 from neurontools.report.schema import EXECUTION_SUMMARY_KEYS as OUTCOMES
@@ -53,7 +54,6 @@ from neurontools.report.snapshot_models import (
 # which error_summary counter an outcome also increments
 OUTCOME_ERRORS = {"completed_with_num_err": "numerical", "completed_with_err": "generic", "timed_out": "runtime"}
 LATENCY_WINDOW_S = 600.0
-ECC_EVENTS = ("mem_ecc_corrected", "mem_ecc_uncorrected", "sram_ecc_corrected", "sram_ecc_uncorrected")
 
 
 @dataclass
@@ -169,13 +169,7 @@ class Telemetry:
         self._latency_log: deque[tuple[int, Latency]] = deque()  # (sequence, latency) of every execution
         self._latency_seq = 0
         self._hw_counters = [
-            {
-                "neuron_device_index": d.index,
-                "mem_ecc_corrected": 0,
-                "mem_ecc_uncorrected": 0,
-                "sram_ecc_corrected": 0,
-                "sram_ecc_uncorrected": 0,
-            }
+            {"neuron_device_index": d.index, **dict.fromkeys(ECC_EVENTS, 0)}
             for d in inventory.devices
         ]
 

@@ -197,10 +197,12 @@ def snapshot(
     context_switches: int = 0,
     host_memory: Mapping[str, int] | None = None,
     ecc: Mapping[int, Mapping[str, int]] | None = None,
+    retired: RuntimeProcess | None = None,
 ) -> dict[str, Any]:
     """A whole snapshot as the daemon writes it: ``vcpus`` one row of cumulative seconds per CPU
     (states as docs/snapshot.md), ``host_memory`` the host's (total, used, swap_total, swap_used;
-    default 32 GiB, 9 GiB used), ``ecc`` ECC counts per device (default none)."""
+    default 32 GiB, 9 GiB used), ``ecc`` ECC counts per device (default none), ``retired`` the
+    counters of processes that have exited (pid 0; default: left out, as older daemons do)."""
     devices = hardware.neuron_device_count
     taken = Snapshot(
         time=time,
@@ -219,5 +221,6 @@ def snapshot(
             DeviceCounters(neuron_device_index=d, **{**dict.fromkeys(HW_COUNTER_KEYS, 0), **(ecc or {}).get(d, {})})
             for d in range(devices)
         ),
+        retired=retired,
     )
     return SNAPSHOT.dump(taken)

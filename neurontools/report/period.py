@@ -242,21 +242,22 @@ class Period:
     def core_count(self) -> int:
         return self.cur.hardware.core_count
 
-    @cached_property
-    def cores(self) -> dict[int, CoreWork]:
-        """Work on every core of the instance over the period, by every process that used it,
-        including processes that exited meanwhile (idle cores: zero work)."""
+    def _summed(
+        self, contributors: list[ProcessPeriod], exited: tuple[ProcessSnapshot, ...] = ()
+    ) -> dict[int, CoreWork]:
+        """Work on every core of the instance: the sum over ``contributors``, less what ``exited``
+        processes had at the baseline (never below zero)."""
         busy: dict[int, float] = {}
         flops: dict[int, int] = {}
         engines: dict[int, dict[str, float]] = {}
-        for contributor in self._contributors():
+        for contributor in contributors:
             for core, work in contributor.cores.items():
                 busy[core] = busy.get(core, 0.0) + work.busy
                 flops[core] = flops.get(core, 0) + work.flops
                 per_engine = engines.setdefault(core, {})
                 for name, value in work.engines.items():
                     per_engine[name] = per_engine.get(name, 0.0) + value
-        for proc in self.exited:
+        for proc in exited:
             for core, old in proc.cores.items():
                 busy[core] = max(0.0, busy.get(core, 0.0) - old.busy)
                 flops[core] = max(0, flops.get(core, 0) - old.flops)
@@ -269,26 +270,16 @@ class Period:
             for core in sorted(every)
         }
 
+    @cached_property
+    def cores(self) -> dict[int, CoreWork]:
+        """Work on every core of the instance over the period, by every process that used it,
+        including processes that exited meanwhile (idle cores: zero work)."""
+        return self._summed(self._contributors(), self.exited)
+
     def live_cores(self, pids: set[int] | None = None) -> dict[int, CoreWork]:
         """Work on every core of the instance by the live processes (``pids``: only those), the
         figures neuron-top shows next to the report's per-process ones."""
-        busy: dict[int, float] = {}
-        flops: dict[int, int] = {}
-        engines: dict[int, dict[str, float]] = {}
-        for pid, process in self.processes.items():
-            if pids is not None and pid not in pids:
-                continue
-            for core, work in process.cores.items():
-                busy[core] = busy.get(core, 0.0) + work.busy
-                flops[core] = flops.get(core, 0) + work.flops
-                per_engine = engines.setdefault(core, {})
-                for name, value in work.engines.items():
-                    per_engine[name] = per_engine.get(name, 0.0) + value
-        every = set(range(self.core_count)) | set(busy)
-        return {
-            core: CoreWork(self.seconds, busy.get(core, 0.0), flops.get(core, 0), engines.get(core, {}))
-            for core in sorted(every)
-        }
+        return self._summed([p for pid, p in self.processes.items() if pids is None or pid in pids])
 
     @cached_property
     def node_counts(self) -> Counts:

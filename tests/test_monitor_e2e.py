@@ -8,24 +8,11 @@ import threading
 import time
 from pathlib import Path
 
+from tests.monitor_configs import monitor_config
 from tests.support import BIN, run_tool, tool_env, wait_until
 from tests.test_training_e2e import read_until_done, train
 
-CONFIG = {
-    "period": "500ms",
-    "neuron_runtimes": [
-        {
-            "tag_filter": ".*",
-            "metrics": [
-                {"type": "neuroncore_counters"},
-                {"type": "memory_used"},
-                {"type": "neuron_runtime_vcpu_usage"},
-                {"type": "execution_stats"},
-            ],
-        }
-    ],
-    "system_metrics": [{"type": "vcpu_usage"}, {"type": "memory_info"}, {"type": "neuron_hw_counters"}],
-}
+CONFIG = monitor_config("500ms")
 APP_GROUPS = ["execution_stats", "memory_used", "neuron_runtime_vcpu_usage", "neuroncore_counters"]
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.monitor_configs import monitor_config
 from tests.support import BIN, HELPERS, start_daemon, tool_env, wait_until
 
 ROOT = Path(__file__).parent.parent
@@ -38,21 +39,7 @@ PROMETHEUS = shutil.which("prometheus")
 
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="Debian package 'prometheus' not installed")
 
-MONITOR_CONFIG = {
-    "period": "1s",
-    "neuron_runtimes": [
-        {
-            "tag_filter": ".*",
-            "metrics": [
-                {"type": "neuroncore_counters"},
-                {"type": "memory_used"},
-                {"type": "neuron_runtime_vcpu_usage"},
-                {"type": "execution_stats"},
-            ],
-        }
-    ],
-    "system_metrics": [{"type": "vcpu_usage"}, {"type": "memory_info"}, {"type": "neuron_hw_counters"}],
-}
+MONITOR_CONFIG = monitor_config("1s")
 
 
 def free_port() -> int:

@@ -14,26 +14,13 @@ from neurontools.report import groups
 from neurontools.report.builder import ReportBuilder, build_report
 from neurontools.report.encoding import encode_report
 from neurontools.report.snapshot import SnapshotError, fetch_snapshot, snapshot_from_dict
+from tests.monitor_configs import monitor_config
 from tests.snapshots import later, recorded
 from tests.snapshots import parsed as snap
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
 
-SPEC_CONFIG = {
-    "period": "1s",
-    "neuron_runtimes": [
-        {
-            "tag_filter": ".*",
-            "metrics": [
-                {"type": "neuroncore_counters"},
-                {"type": "memory_used"},
-                {"type": "neuron_runtime_vcpu_usage"},
-                {"type": "execution_stats"},
-            ],
-        }
-    ],
-    "system_metrics": [{"type": "vcpu_usage"}, {"type": "memory_info"}, {"period": "2s", "type": "neuron_hw_counters"}],
-}
+SPEC_CONFIG = monitor_config("1s", hw_counters_period="2s")  # the reference example
 
 
 def load(name: str) -> dict[str, Any]:

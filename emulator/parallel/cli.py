@@ -116,7 +116,8 @@ def cmd_run_parallel(args: argparse.Namespace, instance_type: str) -> int:
 
 @dataclass(frozen=True)
 class PublishedRow:
-    """A published Trn1 training result the emulator is checked against (docs/parallel.md §Bench)."""
+    """A published Trn1 training result the emulator is checked against
+    (docs/parallel.md §Host share and calibration)."""
 
     name: str
     model: str

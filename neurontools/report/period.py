@@ -192,11 +192,6 @@ class Period:
     def seconds(self) -> float:
         return elapsed(self.base, self.cur)
 
-    @property
-    def start(self) -> float:
-        """Daemon monotonic time the period starts at (its end when there is no baseline)."""
-        return self.base.monotonic if self.base is not None else self.cur.monotonic
-
     # -- processes --------------------------------------------------------------------------------
 
     @cached_property
@@ -276,10 +271,10 @@ class Period:
         including processes that exited meanwhile (idle cores: zero work)."""
         return self._summed(self._contributors(), self.exited)
 
-    def live_cores(self, pids: set[int] | None = None) -> dict[int, CoreWork]:
-        """Work on every core of the instance by the live processes (``pids``: only those), the
-        figures neuron-top shows next to the report's per-process ones."""
-        return self._summed([p for pid, p in self.processes.items() if pids is None or pid in pids])
+    def live_cores(self) -> dict[int, CoreWork]:
+        """Work on every core of the instance by the live processes: the figures neuron-top shows
+        next to the report's per-process ones."""
+        return self._summed(list(self.processes.values()))
 
     @cached_property
     def node_counts(self) -> Counts:

@@ -176,7 +176,7 @@ def unwrap(x: Any) -> Any:
     return x._inner if isinstance(x, NeuronTensor) else x
 
 
-def made_inner(x: NeuronTensor) -> torch.Tensor | None:
+def made_inner(x: torch.Tensor) -> torch.Tensor | None:
     """The inner tensor of a device tensor if it exists, None for a lazy meta tensor (one whose
     inner tensor is made on first use): a way to skip those without making them."""
     return x.__dict__.get("_inner")
@@ -594,7 +594,7 @@ def _inner_of(result: Any, outs: list) -> Any:
 
 
 def _storage_key(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata  # type: ignore[attr-defined]
+    return t.untyped_storage()._cdata
 
 
 # the address of a tensor's StorageImpl, without making a Python storage object
@@ -603,7 +603,7 @@ _storage_id = getattr(torch._C, "_storage_id", _storage_key)
 
 def _snapshot(t: torch.Tensor) -> tuple:
     storage = t.untyped_storage()
-    return (t.shape, t.stride(), t.storage_offset(), t.dtype, storage._cdata, storage.nbytes())  # type: ignore[attr-defined]
+    return (t.shape, t.stride(), t.storage_offset(), t.dtype, storage._cdata, storage.nbytes())
 
 
 def _fill_meta_cache(func: Any, info: _OpInfo, args: tuple, kwargs: dict, key: tuple, wrappers: list) -> Any:

@@ -346,7 +346,9 @@ def _flow(instance: InstanceType, kind: str, group: tuple[int, ...]) -> _Flow:
         else:
             edges = tuple(_edge_list(ring, cyclic=True)) if len(ring) > 1 else ()
             senders = len(ring)
-    types, hops, uses = [], [], {}
+    types: list[str] = []
+    hops: list[int] = []
+    uses: dict[tuple[str, int] | tuple[str, int, int, int], int] = {}
     for a, b in edges:
         (na, ca), (nb, cb) = core_place(instance, a), core_place(instance, b)
         if na != nb:
@@ -362,8 +364,8 @@ def _flow(instance: InstanceType, kind: str, group: tuple[int, ...]) -> _Flow:
             types.append("neuronlink")
             hops.append(len(links))
             for x, y in links:
-                res = ("neuronlink", na, x, y)
-                uses[res] = uses.get(res, 0) + 1
+                link = ("neuronlink", na, x, y)
+                uses[link] = uses.get(link, 0) + 1
     spans = len({core_place(instance, c)[0] for c in ring})
     return _Flow(ring, edges, tuple(types), tuple(hops), MappingProxyType(uses), spans, senders)
 

@@ -127,6 +127,8 @@ def _llama3_scaled(inv_freq: torch.Tensor, scaling: tuple[float, float, float, i
 
 
 class RotaryEmbedding(nn.Module):
+    inv_freq: torch.Tensor  # a buffer
+
     def __init__(self, head_dim: int, theta: float, scaling: tuple[float, float, float, int] | None) -> None:
         super().__init__()
         # Computed on the CPU (a few dozen values; ``arange`` on meta would load PyTorch's Python

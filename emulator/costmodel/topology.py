@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from types import MappingProxyType
+from typing import SupportsIndex
 
 from emulator.costmodel.collectives import CollectiveLinks, links_for, steps_and_factor
 from emulator.hardware.instance_types import TORUS_COLS, TORUS_ROWS, InstanceType
@@ -78,8 +79,10 @@ class GroupCollectiveCost:
 def _check_core(instance: InstanceType, core: object, nodes: int) -> int:
     if isinstance(core, bool):
         raise ValueError(f"NeuronCore {core!r} is not an integer")
+    if not isinstance(core, SupportsIndex):
+        raise ValueError(f"NeuronCore {core!r} is not an integer")
     try:
-        c = operator.index(core)  # type: ignore[arg-type]
+        c = operator.index(core)
     except TypeError:
         raise ValueError(f"NeuronCore {core!r} is not an integer") from None
     total = instance.core_count * nodes

@@ -142,7 +142,7 @@ class MemoryLedger:
             return self._allocated_bytes
 
     def on_alloc(self, wrapper: torch.Tensor) -> None:
-        inner = wrapper._inner  # type: ignore[attr-defined]
+        inner = wrapper._inner  # type: ignore[attr-defined]  # a device tensor (capture.tensor.NeuronTensor)
         key = _storage_id(inner)
         ref = self._leases.get(key)
         lease = None if ref is None else ref()

@@ -77,9 +77,7 @@ class GroupCollectiveCost:
 
 
 def _check_core(instance: InstanceType, core: object, nodes: int) -> int:
-    if isinstance(core, bool):
-        raise ValueError(f"NeuronCore {core!r} is not an integer")
-    if not isinstance(core, SupportsIndex):
+    if isinstance(core, bool) or not isinstance(core, SupportsIndex):
         raise ValueError(f"NeuronCore {core!r} is not an integer")
     try:
         c = operator.index(core)

@@ -31,9 +31,10 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check neurontools emulator tests scripts examples $(wildcard benchmarks)
+	$(BIN)/mypy  # files and settings: [tool.mypy] in pyproject.toml
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info

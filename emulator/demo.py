@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from neurontools.sources.address import parse_address
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
@@ -52,7 +53,7 @@ class Demo:
         self.children: list[subprocess.Popen] = []
         self.log = self.workdir / "demo.log"
 
-    def _spawn(self, argv: list[str], **kw: object) -> subprocess.Popen:
+    def _spawn(self, argv: list[str], **kw: Any) -> subprocess.Popen:
         log = open(self.log, "ab")  # noqa: SIM115 - handed to the child
         proc = subprocess.Popen(
             argv,
@@ -63,7 +64,7 @@ class Demo:
             start_new_session=True,  # Ctrl-C in neuron-top reaches the demo, which stops them in order
             preexec_fn=_die_with_parent,
             **kw,
-        )  # type: ignore[call-overload]
+        )
         log.close()
         self.children.append(proc)
         return proc

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Final
 
 # Runtime version shown for processes that do not use the Neuron runtime (tools), as neuron-ls -a does.
 NOT_A_RUNTIME = "NA"
 
-RUNTIME = "runtime"
-TOOL = "tool"
+RUNTIME: Final = "runtime"
+TOOL: Final = "tool"
 PROCESS_KINDS = (RUNTIME, TOOL)
 
 

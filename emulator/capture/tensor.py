@@ -92,7 +92,7 @@ class _Hooks:
         self._on_alloc = hook
         # the hook's own method names its owner's method for lazy tensors (see _build)
         variant = getattr(getattr(hook, "__func__", None), "lazy_variant", None)
-        self._alloc_lazy = getattr(hook.__self__, variant) if variant else None  # type: ignore[union-attr]
+        self._alloc_lazy = getattr(getattr(hook, "__self__", None), variant) if variant else None
 
     @property
     def fast_path(self) -> bool:
@@ -112,7 +112,7 @@ class _Hooks:
             and isinstance(owner, Recorder)
             and getattr(hook, "__func__", None) is Recorder.on_op
         )
-        self._record = owner.record if recorder else None  # type: ignore[union-attr]
+        self._record = owner.record if recorder and owner is not None else None
         self._generic = None if recorder else hook
 
 
@@ -136,6 +136,9 @@ class NeuronTensor(torch.Tensor):
     # number of the (shape, stride, storage offset, dtype) of a meta ``_inner``, kept by the meta
     # fast path (see _meta_key); None until known. Ops that change ``_inner``'s metadata reset it.
     _msig: int | None = None
+    # a lazy meta tensor's (root storage, view geometry or None) until ``_inner`` is made; only in
+    # the instance's __dict__ (see __getattr__ and _build)
+    _lazy: tuple[Any, tuple | None]
 
     @staticmethod
     def __new__(cls, inner: torch.Tensor) -> NeuronTensor:
@@ -160,7 +163,7 @@ class NeuronTensor(torch.Tensor):
                 return _materialize(self, lazy)
         raise AttributeError(name)
 
-    def __repr__(self, *, tensor_contents: Any = None) -> str:
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # as Tensor.__repr__
         inner = self._inner
         if inner.is_meta:
             return f"tensor(..., device='{DEVICE}', size={tuple(inner.shape)}, dtype={inner.dtype})"
@@ -176,7 +179,7 @@ def unwrap(x: Any) -> Any:
     return x._inner if isinstance(x, NeuronTensor) else x
 
 
-def made_inner(x: NeuronTensor) -> torch.Tensor | None:
+def made_inner(x: torch.Tensor) -> torch.Tensor | None:
     """The inner tensor of a device tensor if it exists, None for a lazy meta tensor (one whose
     inner tensor is made on first use): a way to skip those without making them."""
     return x.__dict__.get("_inner")
@@ -331,7 +334,7 @@ def _run_on_device(func: Any, args: tuple, kwargs: dict) -> Any:
         target = kwargs.get("device")
         to_host = target is not None and not is_device(target)  # e.g. .cpu(): results leave the device
     outs: list = []
-    out_sig = None
+    out_sig: tuple[tuple[torch.Size, torch.dtype], ...] | None = None
     if to_host:
         result = out
         _sig_into(out, outs)
@@ -465,10 +468,10 @@ def _run_meta_cached(func: Any, info: _OpInfo, args: tuple, kwargs: dict) -> Any
             if not _meta_key((v,), parts, wrappers, info, floats):
                 return _MISS
     key = tuple(parts)
-    entry = _META_CACHE.get(key, _MISS)
+    entry = _META_CACHE.get(key)
     if entry is None:
-        return _MISS  # known not to be rebuildable
-    if entry is _MISS:
+        if key in _META_CACHE:
+            return _MISS  # known not to be rebuildable
         return _fill_meta_cache(func, info, args, kwargs, key, wrappers)
     template, raw = entry
     generic = hooks._generic
@@ -594,7 +597,7 @@ def _inner_of(result: Any, outs: list) -> Any:
 
 
 def _storage_key(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata  # type: ignore[attr-defined]
+    return t.untyped_storage()._cdata
 
 
 # the address of a tensor's StorageImpl, without making a Python storage object
@@ -603,7 +606,7 @@ _storage_id = getattr(torch._C, "_storage_id", _storage_key)
 
 def _snapshot(t: torch.Tensor) -> tuple:
     storage = t.untyped_storage()
-    return (t.shape, t.stride(), t.storage_offset(), t.dtype, storage._cdata, storage.nbytes())  # type: ignore[attr-defined]
+    return (t.shape, t.stride(), t.storage_offset(), t.dtype, storage._cdata, storage.nbytes())
 
 
 def _fill_meta_cache(func: Any, info: _OpInfo, args: tuple, kwargs: dict, key: tuple, wrappers: list) -> Any:

@@ -245,11 +245,11 @@ def _array_compute(op: OpRecord, cls: OpClass, options: CostOptions, core: Neuro
             seconds, flops = _gemm_seconds(dims, core.tensor.peak(matmul_rate_dtype(dtype, options)).base, core)
             result = seconds * count, flops * count
     else:
-        dims = gemm_dims(op)
+        gemm = gemm_dims(op)
         result = None
-        if dims is not None:
+        if gemm is not None:
             dtype = op.inputs[_A_OPERAND.get(normalize_op_name(op.name), 0)].dtype
-            result = _gemm_seconds(dims, core.tensor.peak(matmul_rate_dtype(dtype, options)).base, core)
+            result = _gemm_seconds(gemm, core.tensor.peak(matmul_rate_dtype(dtype, options)).base, core)
     if result is None:  # shapes not understood: the recorded FLOPs at the dtype's peak
         dtype = op.inputs[0].dtype if op.inputs else "float32"
         return op.flops / core.tensor.peak(matmul_rate_dtype(dtype, options)).base, op.flops

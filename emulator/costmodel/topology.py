@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from types import MappingProxyType
+from typing import SupportsIndex
 
 from emulator.costmodel.collectives import CollectiveLinks, links_for, steps_and_factor
 from emulator.hardware.instance_types import TORUS_COLS, TORUS_ROWS, InstanceType
@@ -76,10 +77,10 @@ class GroupCollectiveCost:
 
 
 def _check_core(instance: InstanceType, core: object, nodes: int) -> int:
-    if isinstance(core, bool):
+    if isinstance(core, bool) or not isinstance(core, SupportsIndex):
         raise ValueError(f"NeuronCore {core!r} is not an integer")
     try:
-        c = operator.index(core)  # type: ignore[arg-type]
+        c = operator.index(core)
     except TypeError:
         raise ValueError(f"NeuronCore {core!r} is not an integer") from None
     total = instance.core_count * nodes
@@ -346,7 +347,9 @@ def _flow(instance: InstanceType, kind: str, group: tuple[int, ...]) -> _Flow:
         else:
             edges = tuple(_edge_list(ring, cyclic=True)) if len(ring) > 1 else ()
             senders = len(ring)
-    types, hops, uses = [], [], {}
+    types: list[str] = []
+    hops: list[int] = []
+    uses: dict[tuple[str, int] | tuple[str, int, int, int], int] = {}
     for a, b in edges:
         (na, ca), (nb, cb) = core_place(instance, a), core_place(instance, b)
         if na != nb:
@@ -362,8 +365,8 @@ def _flow(instance: InstanceType, kind: str, group: tuple[int, ...]) -> _Flow:
             types.append("neuronlink")
             hops.append(len(links))
             for x, y in links:
-                res = ("neuronlink", na, x, y)
-                uses[res] = uses.get(res, 0) + 1
+                link = ("neuronlink", na, x, y)
+                uses[link] = uses.get(link, 0) + 1
     spans = len({core_place(instance, c)[0] for c in ring})
     return _Flow(ring, edges, tuple(types), tuple(hops), MappingProxyType(uses), spans, senders)
 

@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -72,7 +73,8 @@ def create_app(
     )
     app.add_middleware(BearerTokenMiddleware, access=access)  # TCP: 401 without the bearer token
     app.add_middleware(RequestLimits)  # 413/414 for oversized bodies and targets (docs/fuzzing.md)
-    errors = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409)}  # 401/403: docs/security.md
+    # 401/403: docs/security.md
+    errors: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409)}
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:

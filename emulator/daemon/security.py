@@ -193,16 +193,16 @@ class PeerCredentialsProtocol(H11Protocol):
     """uvicorn's h11 protocol that adds the connecting process's credentials to each request's
     scope, as ``scope["extensions"]["neuron_emulator.peer_credentials"]`` (None on TCP)."""
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # base: BaseTransport
         super().connection_made(transport)
         peer = peer_credentials(transport.get_extra_info("socket"))
         app = self.app
 
         async def with_peer(scope: Scope, receive: Receive, send: Send) -> None:
             scope["extensions"] = {**(scope.get("extensions") or {}), PEER_EXTENSION: peer}
-            await app(scope, receive, send)  # type: ignore[arg-type]
+            await app(scope, receive, send)
 
-        self.app = with_peer  # type: ignore[assignment]
+        self.app = with_peer
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ PUBLISHED_BERT_UTILIZATION = 0.80  # Neuron BERT tutorial, neuron-top during Ph1
 
 
 class _Graph(Protocol):
-    device_ops: int
+    @property
+    def device_ops(self) -> int: ...
 
 
 def host_seconds(graph: _Graph, per_op: float = HOST_SECONDS_PER_DEVICE_OP) -> float:

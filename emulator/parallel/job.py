@@ -164,9 +164,17 @@ def plan_job(
     stages = {s: _stage_cost(programs[s], s, config, instance, places) for s in range(config.pp)}
     send = _send_costs(config, instance, programs, places)
     times = {s: stages[s].times for s in stages}
-    kwargs = {"stages": config.pp, "micro_batches": config.grad_accum, "schedule": config.schedule}
-    timeline = step_timeline(times, send_seconds=lambda s: send[s], **kwargs)
-    first = step_timeline(times, send_seconds=lambda s: send[s], first_step=True, **kwargs)
+    timeline, first = (
+        step_timeline(
+            times,
+            stages=config.pp,
+            micro_batches=config.grad_accum,
+            schedule=config.schedule,
+            send_seconds=lambda s: send[s],
+            first_step=first_step,
+        )
+        for first_step in (False, True)
+    )
     plan = JobPlan(
         model=model,
         config=config,
@@ -273,8 +281,16 @@ def retimed(plan: JobPlan, *, compute_scale: float = 1.0, host_per_op: float | N
             times[name] = GraphTime(t.compute_seconds * compute_scale, t.collective_seconds, h)
         stages[s] = StageCost(cost.program, times, cost.collectives)
     send = _send_costs(plan.config, plan.instance, {s: c.program for s, c in plan.stages.items()}, plan.places)
-    kwargs = {"stages": plan.config.pp, "micro_batches": plan.config.grad_accum, "schedule": plan.config.schedule}
     times_by_stage = {s: stages[s].times for s in stages}
-    timeline = step_timeline(times_by_stage, send_seconds=lambda s: send[s], **kwargs)
-    first = step_timeline(times_by_stage, send_seconds=lambda s: send[s], first_step=True, **kwargs)
+    timeline, first = (
+        step_timeline(
+            times_by_stage,
+            stages=plan.config.pp,
+            micro_batches=plan.config.grad_accum,
+            schedule=plan.config.schedule,
+            send_seconds=lambda s: send[s],
+            first_step=first_step,
+        )
+        for first_step in (False, True)
+    )
     return dataclasses.replace(plan, stages=stages, timeline=timeline, first_timeline=first)

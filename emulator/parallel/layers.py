@@ -244,8 +244,8 @@ class ColumnParallelLinear(nn.Module):
         self.weight = _empty_weight(self.out_per_rank, in_features)
         self.bias = _zeros(self.out_per_rank) if bias else None
         if self.bias is not None:
-            self.bias.tensor_parallel = True  # type: ignore[attr-defined]
-        self.weight.tensor_parallel = True  # type: ignore[attr-defined]
+            self.bias.tensor_parallel = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
+        self.weight.tensor_parallel = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = column_parallel_linear(x, self.weight, self.bias)
@@ -276,7 +276,7 @@ class RowParallelLinear(nn.Module):
         self.in_per_rank = divide(in_features, tp, "RowParallelLinear input size")
         self.input_is_parallel = input_is_parallel
         self.weight = _empty_weight(out_features, self.in_per_rank)
-        self.weight.tensor_parallel = True  # type: ignore[attr-defined]
+        self.weight.tensor_parallel = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
         self.bias = _zeros(out_features) if bias else None
         if self.bias is not None and sequence_parallel():
             self.bias.sequence_parallel = True  # type: ignore[attr-defined]  # grads partial per rank
@@ -313,7 +313,7 @@ class VocabParallelEmbedding(nn.Module):
         self.per_rank = divide(num_embeddings, tp, "vocabulary size")
         self.start = tp_rank() * self.per_rank
         self.weight = _empty_weight(self.per_rank, embedding_dim)
-        self.weight.tensor_parallel = True  # type: ignore[attr-defined]
+        self.weight.tensor_parallel = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         if tp_size() == 1:

@@ -8,12 +8,17 @@ import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from emulator.costmodel import CostOptions, options_from_env
 from emulator.hardware.instance_types import InstanceType
 from emulator.parallel.comm import ParallelState
 from emulator.parallel.job import JobPlan, plan_job
 from emulator.parallel.plan import ConfigError, ParallelConfig, make_config
+
+if TYPE_CHECKING:
+    from emulator.workloads.models.zoo import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,7 @@ class JobRequest:
     auto_cast: str | None = None
 
 
-def _zoo():  # type: ignore[no-untyped-def]
+def _zoo() -> ModuleType:
     from emulator.workloads.models import zoo
 
     return zoo
@@ -46,7 +51,7 @@ def model_names() -> list[str]:
     return list(_zoo().MODELS)
 
 
-def resolve(request: JobRequest, instance: InstanceType) -> tuple[ParallelConfig, object]:
+def resolve(request: JobRequest, instance: InstanceType) -> tuple[ParallelConfig, ModelSpec]:
     """The checked configuration and the model spec; ConfigError with one line otherwise."""
     zoo = _zoo()
     spec = zoo.MODELS.get(request.model)
@@ -109,11 +114,11 @@ def plan_request(
     config, spec = resolve(request, instance)
     options = cost_options(request.dtype, request.auto_cast, os.environ if env is None else env)
 
-    def stage_builder(state: ParallelState):  # type: ignore[no-untyped-def]
-        def build():  # type: ignore[no-untyped-def]
+    def stage_builder(state: ParallelState) -> tuple[Callable[[], Any], Callable[[Any], Any], int]:
+        def build() -> Any:
             return zoo.build_stage(spec, seq_len=config.seq_len, recompute=config.recompute)
 
-        def inputs(module):  # type: ignore[no-untyped-def]
+        def inputs(module: Any) -> Any:
             return zoo.stage_inputs(spec, module, config.micro_batch, config.seq_len)
 
         return build, inputs, 0
@@ -127,6 +132,6 @@ def plan_request(
         stage_builder=stage_builder,
         parameters_total=parameters_total(spec),
         tokens_per_sample=tokens_per_sample(spec, config.seq_len),
-        sample_unit=spec.sample_unit,  # type: ignore[attr-defined]
+        sample_unit=spec.sample_unit,
         progress=progress,
     )

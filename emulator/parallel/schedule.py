@@ -110,17 +110,17 @@ def step_timeline(
     ``first_step`` the optimizer graph is ``optimizer_first`` (it also creates the state)."""
     optimizer = "optimizer_first" if first_step else "optimizer"
     if stages == 1:
-        t = times[0]
+        graphs = times[0]
         now = 0.0
-        slots = []
+        row: list[Slot] = []
         for i in range(micro_batches):
             graph = "micro_step" if i == 0 else "micro_step_accumulate"
-            start = now + t[graph].host_seconds
-            now = start + t[graph].device_seconds
-            slots.append(Slot(graph, i, start, now))
-        start = now + t[optimizer].host_seconds
-        slots.append(Slot(optimizer, -1, start, start + t[optimizer].device_seconds))
-        timeline = StageTimeline(0, tuple(slots), 1)
+            start = now + graphs[graph].host_seconds
+            now = start + graphs[graph].device_seconds
+            row.append(Slot(graph, i, start, now))
+        start = now + graphs[optimizer].host_seconds
+        row.append(Slot(optimizer, -1, start, start + graphs[optimizer].device_seconds))
+        timeline = StageTimeline(0, tuple(row), 1)
         return StepTimeline((timeline,), timeline.end)
 
     seqs = [order(schedule, s, stages, micro_batches) for s in range(stages)]

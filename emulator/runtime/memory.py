@@ -31,7 +31,7 @@ NRT_RESOURCE_STATUS = 4
 
 
 def _storage_key(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata  # type: ignore[attr-defined]
+    return t.untyped_storage()._cdata
 
 
 # The address of a tensor's StorageImpl: the identity of its storage. torch._C._storage_id gives
@@ -142,7 +142,7 @@ class MemoryLedger:
             return self._allocated_bytes
 
     def on_alloc(self, wrapper: torch.Tensor) -> None:
-        inner = wrapper._inner  # type: ignore[attr-defined]
+        inner = wrapper._inner  # type: ignore[attr-defined]  # a device tensor (capture.tensor.NeuronTensor)
         key = _storage_id(inner)
         ref = self._leases.get(key)
         lease = None if ref is None else ref()
@@ -159,6 +159,7 @@ class MemoryLedger:
         """:meth:`on_alloc` for a device tensor whose inner (meta) tensor is not made yet: a new
         storage of ``nbytes`` (``base`` None; the lease is returned, to be bound to the storage's
         address when it is made) or a view of device tensor ``base``'s storage."""
+        lease: _Lease | None
         if base is None:
             lease = self._new_lease(None, nbytes)
         else:
@@ -170,7 +171,7 @@ class MemoryLedger:
         return lease
 
     # the device layer calls on_alloc_lazy instead where it can (see emulator.capture.tensor)
-    on_alloc.lazy_variant = "on_alloc_lazy"  # type: ignore[attr-defined]
+    on_alloc.lazy_variant = "on_alloc_lazy"  # type: ignore[attr-defined]  # a marker set on the function
 
     def _new_lease(self, key: int | None, nbytes: int) -> _Lease:
         with self._lock:

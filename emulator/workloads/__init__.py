@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 if TYPE_CHECKING:
     from emulator.workloads.tasks import Task, TaskOptions
 
-REAL_MATH = "real math"
-MODEL_SCALE = "model scale"
+REAL_MATH: Final = "real math"
+MODEL_SCALE: Final = "model scale"
 DTYPES = ("fp32", "bf16", "fp16")
 AUTO_CAST = ("none", "matmult", "all")
 

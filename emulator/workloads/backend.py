@@ -61,7 +61,9 @@ class XlaBackend:
 
     def __init__(self, xm: ModuleType | Any | None = None) -> None:
         if xm is None:
-            import emulator.xla as xm
+            import emulator.xla as default_xm
+
+            xm = default_xm
         self.xm = xm
 
     def device(self) -> torch.device:

@@ -28,4 +28,4 @@ class RunConfig:
             "lr": spec.lr,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(spec=spec, **values)  # type: ignore[arg-type]
+        return cls(spec=spec, **values)  # type: ignore[arg-type]  # overrides are untyped keyword values

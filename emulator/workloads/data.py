@@ -18,6 +18,7 @@ import sysconfig
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
+from typing import Self
 
 import torch
 
@@ -83,7 +84,7 @@ class _CorpusBatches:
         self.text = shard(stdlib_corpus(), rank, world_size)
         self.gen = _generator(seed, rank)
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Self:
         return self
 
 

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from emulator.lifecycle import LAUNCHER_PID_ENV, Stopped, parent_death_preexec, stop_on_signals
@@ -58,7 +58,7 @@ class _Output:
         self.lock = threading.Lock()
         self.quiet = False  # stopping: the ranks' complaints about each other are noise now
 
-    def pump(self, stream) -> None:  # type: ignore[no-untyped-def]
+    def pump(self, stream: Iterable[str]) -> None:
         for raw in stream:
             line = raw.rstrip("\n")
             message = decode_error_line(line)

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Protocol, TextIO
 from emulator.workloads.summary import format_seconds, header_line, step_rate, summary_lines
 
 if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
     from emulator.workloads.results import RunHeader, RunResult, StepStats
 
 
@@ -97,8 +99,8 @@ class RichBar:
         from rich.console import Console
 
         self.console = Console()
-        self.progress = None
-        self.task = None
+        self.progress: Progress | None = None
+        self.task: TaskID | None = None
         self.header: RunHeader | None = None
 
     def start(self, header: RunHeader) -> None:

@@ -14,6 +14,7 @@ import datetime
 import os
 import time
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 
@@ -26,7 +27,7 @@ from emulator.workloads.errors import report_error
 from emulator.workloads.hbm import HbmPeak
 from emulator.workloads.progress import Reporter, make_reporter
 from emulator.workloads.results import RunHeader, RunResult, StepStats
-from emulator.workloads.tasks import Task, TaskOptions
+from emulator.workloads.tasks import Task, TaskOptions, TrainableModel
 from neurontools.sources.address import AddressError
 from neurontools.sources.daemon_client import DaemonClient
 
@@ -78,7 +79,7 @@ def _one_step(
     """One optimizer step; the loss (read after the step ends) for real math, else ``None``."""
     batch = _place(next(task.batches), device, dtype)
     optimizer.zero_grad(set_to_none=True)
-    loss = task.model.loss(*batch)
+    loss = cast(TrainableModel, task.model).loss(*batch)
     loss.backward()
     backend.optimizer_step(optimizer)  # gradient all-reduce, optimizer.step(), mark_step()
     return None if task.on_meta else float(loss.item())

@@ -129,8 +129,8 @@ def summary_lines(result: RunResult) -> list[str]:
     if flops:
         total = sum(s.device.flops or 0 for s in flops if s.device)
         seconds = sum(s.device_seconds or 0.0 for s in flops)
-        rate = total / seconds / 1e12
-        row("device compute", f"{rate:,.2f} TFLOP/s simulated, this process (mean over {len(flops)} steps)")
+        tflops = total / seconds / 1e12
+        row("device compute", f"{tflops:,.2f} TFLOP/s simulated, this process (mean over {len(flops)} steps)")
 
     if result.hbm_peak:
         cores = ", ".join(f"nc{core} {used / GIB:.2f} GiB" for core, used in result.hbm_peak.items())

@@ -48,8 +48,8 @@ class Exposition:
             default(registry=self.defaults)
         self.neuron = CollectorRegistry()
         if collector.compat.enabled:
-            self.neuron.register(collector.compat)  # type: ignore[arg-type]
-        self.neuron.register(ExtendedCollector(lambda: collector.state, per_process=per_process))  # type: ignore[arg-type]
+            self.neuron.register(collector.compat)
+        self.neuron.register(ExtendedCollector(lambda: collector.state, per_process=per_process))
         self._rendered = generate_latest(self.neuron)
         collector.on_collected = self.render
 

@@ -192,7 +192,7 @@ class Collector:
         started = self.clock()
         old = self.state
         try:
-            cur = fetch_snapshot(self.client, self._latencies_since(old.snapshot))  # type: ignore[arg-type]
+            cur = fetch_snapshot(self.client, self._latencies_since(old.snapshot))
         except (DaemonUnavailable, DaemonError, SnapshotError) as exc:
             self._check_registration = True
             self.state = replace(

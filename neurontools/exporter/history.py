@@ -17,6 +17,10 @@ import threading
 from array import array
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
+
+# A series key; a TypeVar so that a mapping with narrower keys is accepted (Mapping is invariant in its keys)
+_Key = TypeVar("_Key", bound=Hashable)
 
 HISTORY_ROWS = 3600
 HISTORY_STEP = 1.0  # seconds: the finest resolution kept
@@ -44,7 +48,7 @@ class History:
     def __len__(self) -> int:
         return self._rows
 
-    def append(self, time: float, values: Mapping[Hashable, float]) -> None:
+    def append(self, time: float, values: Mapping[_Key, float]) -> None:
         """Add one row; series not in ``values`` get no value in it."""
         with self._lock:
             slot = self._next
@@ -53,10 +57,10 @@ class History:
                 if key not in values:
                     column[slot] = math.nan
             for key, value in values.items():
-                column = self._series.get(key)
-                if column is None:
-                    column = self._series[key] = array("d", [math.nan]) * self.capacity
-                column[slot] = value
+                series = self._series.get(key)
+                if series is None:
+                    series = self._series[key] = array("d", [math.nan]) * self.capacity
+                series[slot] = value
             self._next = (slot + 1) % self.capacity
             self._rows = min(self._rows + 1, self.capacity)
 

@@ -63,7 +63,7 @@ class DeviceResponse(BaseModel):
     hbm_total_bytes: int = Field(description=fields.DEVICE_HBM_TOTAL.text)
     hbm_used_bytes: dict[str, int] = Field(description=fields.DEVICE_HBM_USED.text)
     ecc_events: dict[str, int] = Field(description=fields.DEVICE_ECC_EVENTS.text)
-    bdf: str | None = Field(None, description=fields.DEVICE_BDF.text)
+    bdf: str | None = Field(default=None, description=fields.DEVICE_BDF.text)
     numa_node: int | None = None
     cpu_affinity: str | None = None
     connected_to: list[int] | None = None
@@ -105,7 +105,9 @@ class ProcessResponse(BaseModel):
     compile_cache: dict[str, int] = Field(default_factory=dict, description=fields.PROCESS_COMPILE_CACHE.text)
     hbm_used_bytes: dict[str, dict[str, int]] = Field(default_factory=dict, description=fields.PROCESS_HBM_USED.text)
     host_memory_bytes: int = 0
-    neuroncore_utilization: dict[str, float] | None = Field(None, description=fields.PROCESS_CORE_UTILIZATION.text)
+    neuroncore_utilization: dict[str, float] | None = Field(
+        default=None, description=fields.PROCESS_CORE_UTILIZATION.text
+    )
 
 
 class HistoryMetric(BaseModel):

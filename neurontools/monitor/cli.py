@@ -172,9 +172,9 @@ class Monitor:
     def _fetch(self) -> Snapshot:
         since = self.builder.latencies_since()
         if self.verbose < 3:
-            return fetch_snapshot(self.client, since)  # type: ignore[arg-type]
+            return fetch_snapshot(self.client, since)
         started = time.perf_counter()
-        snap = fetch_snapshot(self.client, since)  # type: ignore[arg-type]
+        snap = fetch_snapshot(self.client, since)
         self.log(3, f"snapshot fetched in {(time.perf_counter() - started) * 1000:.1f} ms")
         return snap
 
@@ -249,7 +249,7 @@ def main(
     except AddressError as exc:
         return print_error(PROG, str(exc))
 
-    session = ToolSession(daemon, " ".join([PROG, *argv]))  # type: ignore[arg-type]
+    session = ToolSession(daemon, " ".join([PROG, *argv]))
     try:
         with stop_signals():  # SIGTERM: unregister from the daemon and exit 0, as on Ctrl-C
             try:
@@ -272,7 +272,7 @@ def _monitor(
 ) -> int:
     try:
         session.open()
-        first = fetch_snapshot(daemon)  # type: ignore[arg-type]
+        first = fetch_snapshot(daemon)
     except DaemonUnavailable as exc:
         return print_error(PROG, str(exc))
     except (DaemonError, SnapshotError) as exc:

@@ -50,7 +50,7 @@ def period_value(seconds: float) -> float:
 def go_round2(value: float) -> float:
     """``math.Round(value*100)/100`` as Go computes it (halves away from zero)."""
     scaled = value * 100
-    whole = math.trunc(scaled)
+    whole: float = math.trunc(scaled)
     if abs(scaled - whole) >= 0.5:
         whole += math.copysign(1.0, scaled)
     return whole / 100

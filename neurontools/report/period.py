@@ -26,7 +26,7 @@ never reads the node figures does not pay for them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -283,7 +283,7 @@ class Period:
         parts = [c.counts for c in self._contributors()]
         gone = [Counts.between(p, None) for p in self.exited]
 
-        def total(get) -> int:  # type: ignore[no-untyped-def]
+        def total(get: Callable[..., int]) -> int:
             return max(sum(get(c) for c in parts) - sum(get(c) for c in gone), 0)
 
         return Counts(

@@ -39,7 +39,7 @@ from neurontools.report.snapshot_models import (
 from neurontools.report.validation import JsonValidator, SectionMemo
 
 if TYPE_CHECKING:
-    from neurontools.sources.daemon_client import DaemonClient
+    from neurontools.sources.daemon_client import DaemonReader
 
 __all__ = [
     "SNAPSHOT",
@@ -114,7 +114,7 @@ class SnapshotParser:
 
 
 def fetch_snapshot(
-    client: DaemonClient, latencies_since: float | None = None, parser: SnapshotParser | None = None
+    client: DaemonReader, latencies_since: float | None = None, parser: SnapshotParser | None = None
 ) -> Snapshot:
     """One snapshot from the daemon (``GET /v1/snapshot``).
 

@@ -16,7 +16,7 @@ import http.client
 import json
 import os
 import socket
-from typing import Any
+from typing import Any, Protocol
 
 from neurontools.sources.address import (
     ENV_VAR,
@@ -71,6 +71,20 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
             sock.close()
             raise
         self.sock = sock
+
+
+class DaemonReader(Protocol):
+    """The read side of a daemon client (``DaemonClient`` or a fake in tests)."""
+
+    def get(self, path: str) -> Any: ...
+
+
+class DaemonApi(DaemonReader, Protocol):
+    """What registering with the daemon needs from a client (``DaemonClient`` or a fake in tests)."""
+
+    def post(self, path: str, body: Any) -> Any: ...
+
+    def delete(self, path: str) -> Any: ...
 
 
 class DaemonClient:

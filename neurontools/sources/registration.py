@@ -12,13 +12,13 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
+from neurontools.sources.daemon_client import DaemonApi, DaemonError, DaemonUnavailable
 
 
 class Registration:
     """``body`` is the registration request (``pid``, ``command``, ``kind``, ...)."""
 
-    def __init__(self, client: DaemonClient, body: Mapping[str, Any]) -> None:
+    def __init__(self, client: DaemonApi, body: Mapping[str, Any]) -> None:
         self.client = client
         self.body = dict(body)
         self.registered = False

@@ -12,12 +12,12 @@ from types import TracebackType
 from typing import Any
 
 from neurontools.inventory import NOT_A_RUNTIME, TOOL
-from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
+from neurontools.sources.daemon_client import DaemonApi, DaemonError, DaemonUnavailable
 from neurontools.sources.registration import Registration
 
 
 class ToolSession(Registration):
-    def __init__(self, client: DaemonClient, command: str) -> None:
+    def __init__(self, client: DaemonApi, command: str) -> None:
         self.command = command
         super().__init__(client, self._body())
 

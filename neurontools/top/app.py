@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import ClassVar, Protocol
 
 from textual.app import App, ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.worker import get_current_worker
 
@@ -83,7 +83,7 @@ class NeuronTopApp(App[None]):
     #bottom { dock: bottom; height: auto; }
     #engines, #processes { display: none; }
     """
-    BINDINGS: ClassVar[list[Binding]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", show=False),
         *(Binding(str(n), f"select_tab({n})", show=False) for n in range(1, 10)),
         Binding("a", "step_tab(-1)", show=False),
@@ -189,12 +189,12 @@ class NeuronTopApp(App[None]):
         current = pids.index(self.display_state.pid) if self.display_state.pid in pids else 0
         self._select(pids[(current + delta) % len(pids)])
 
-    def action_toggle(self, name: str) -> None:
+    def action_toggle(self, name: str) -> None:  # type: ignore[override]  # replaces DOMNode's async action_toggle
         self.display_state = replace(self.display_state, **{name: not getattr(self.display_state, name)})
         self.redraw()
 
     @property
-    def tree(self) -> MemoryTreeView:
+    def tree(self) -> MemoryTreeView:  # type: ignore[override]  # shadows DOMNode.tree (a debug rich Tree)
         return self.query_one("#tree", MemoryTreeView)
 
     def action_tree_move(self, delta: int) -> None:

@@ -19,6 +19,7 @@ import selectors
 import threading
 import time
 from codecs import getincrementaldecoder
+from typing import Any
 
 from textual._xterm_parser import XTermParser
 from textual.drivers.linux_driver import LinuxDriver
@@ -53,8 +54,8 @@ class WakingEvent(threading.Event):
 
 
 class QuietLinuxDriver(LinuxDriver):
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.exit_event = WakingEvent()
 
     def run_input_thread(self) -> None:

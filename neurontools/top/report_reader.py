@@ -67,10 +67,13 @@ def _ints(data: Any, keys: tuple[str, ...]) -> dict[str, int] | None:
     obj = _obj(data)
     if obj is None:
         return None
-    values = {k: _int(obj.get(k)) for k in keys}
-    if any(v is None for v in values.values()):
-        return None
-    return values  # type: ignore[return-value]
+    values: dict[str, int] = {}
+    for k in keys:
+        value = _int(obj.get(k))
+        if value is None:
+            return None
+        values[k] = value
+    return values
 
 
 def _core_stats(group: Mapping[str, Any] | None) -> dict[int, CoreStat] | None:
@@ -160,9 +163,10 @@ def _steps_per_second(group: Mapping[str, Any] | None) -> float | None:
         return None
     period = _num(group.get("period"))
     counts = [_int(_path(group, "execution_summary", key)) for key in FINISHED_EXECUTIONS]
-    if not period or any(c is None for c in counts):
+    known = [c for c in counts if c is not None]
+    if not period or len(known) != len(counts):
         return None
-    return sum(counts) / period  # type: ignore[arg-type]
+    return sum(known) / period
 
 
 def _cpu_pair(usage: Any) -> tuple[float, float] | None:

@@ -105,15 +105,16 @@ def total(values: Sequence[float | None]) -> float | None:
 def runtime_vcpu(sample: Sample, pid: int | None) -> tuple[float, float] | None:
     """CPU use of the selected applications (sum of their user and system percentages)."""
     apps = selected(sample, pid)
-    if not sample.live or any(app.vcpu is None for app in apps):
+    vcpus = [app.vcpu for app in apps if app.vcpu is not None]
+    if not sample.live or len(vcpus) != len(apps):
         return None
-    return (sum(app.vcpu[0] for app in apps), sum(app.vcpu[1] for app in apps))  # type: ignore[index]
+    return (sum(v[0] for v in vcpus), sum(v[1] for v in vcpus))
 
 
 def host_memory(sample: Sample, pid: int | None) -> list[tuple[str, int | None]]:
     apps = selected(sample, pid)
     known = sample.live and all(app.host_memory is not None and app.host_total is not None for app in apps)
-    row = []
+    row: list[tuple[str, int | None]] = []
     for label, key in HOST_ROW:
         if not known:
             row.append((label, None))
@@ -127,7 +128,7 @@ def host_memory(sample: Sample, pid: int | None) -> list[tuple[str, int | None]]
 def device_memory(sample: Sample, pid: int | None) -> list[tuple[str, int | None]]:
     apps = selected(sample, pid)
     known = sample.live and all(app.core_memory is not None and app.device_total is not None for app in apps)
-    row = []
+    row: list[tuple[str, int | None]] = []
     for label, key in DEVICE_ROW:
         if not known:
             row.append((label, None))
@@ -170,7 +171,8 @@ def hbm_used(sample: Sample, pid: int | None) -> list[int | None]:
     used: list[int | None] = []
     for device in range(devices):
         cores = usage[device * per : (device + 1) * per]
-        used.append(None if any(c is None for c in cores) else sum(sum(c.values()) for c in cores))  # type: ignore[union-attr]
+        known = [c for c in cores if c is not None]
+        used.append(None if len(known) != len(cores) else sum(sum(c.values()) for c in known))
     return used
 
 

@@ -57,7 +57,7 @@ def _mark_sequence_parallel(module: nn.Module) -> None:
     """Parameters applied to sequence slices: each rank's gradient is partial under SP."""
     if sequence_parallel():
         for p in module.parameters():
-            p.sequence_parallel = True  # type: ignore[attr-defined]
+            p.sequence_parallel = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
 
 
 class Linear(nn.Module):
@@ -127,6 +127,8 @@ def _llama3_scaled(inv_freq: torch.Tensor, scaling: tuple[float, float, float, i
 
 
 class RotaryEmbedding(nn.Module):
+    inv_freq: torch.Tensor  # a buffer
+
     def __init__(self, head_dim: int, theta: float, scaling: tuple[float, float, float, int] | None) -> None:
         super().__init__()
         # Computed on the CPU (a few dozen values; ``arange`` on meta would load PyTorch's Python
@@ -198,7 +200,7 @@ class Attention(nn.Module):
             # The key/value rows are copies held by kv_replicas ranks (NxD's kv-shared group):
             # their gradients are partial and sum over those ranks once per step.
             for p in kv_params:
-                p.kv_replicas = self.kv_replicas  # type: ignore[attr-defined]
+                p.kv_replicas = self.kv_replicas  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
         self.out = RowParallelLinear(q_out, spec.hidden, bias=spec.bias)
         self.dropout = spec.attention_dropout
         self.scale = 1.0 / math.sqrt(self.head_dim)
@@ -299,7 +301,7 @@ class TokenEmbedding(nn.Module):
         if sequence_parallel():
             for p in (self.position, self.token_type):
                 if p is not None:
-                    p.sequence_parallel = True  # type: ignore[attr-defined]
+                    p.sequence_parallel = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
 
     def forward(self, ids: torch.Tensor, token_types: torch.Tensor | None = None) -> torch.Tensor:
         x = self.word(ids.t())  # ids [b, s] -> [s, b, h] (sequence first)
@@ -352,8 +354,8 @@ class LMHead(nn.Module):
         if spec.tied_output:
             if tied_weight is None:  # a separate last stage: its copy of the first stage's embedding
                 tied_weight = _weight(vocab // tp_size(), spec.hidden)
-                tied_weight.shared_embedding = True  # type: ignore[attr-defined]
-                tied_weight.tensor_parallel = True  # type: ignore[attr-defined]
+                tied_weight.shared_embedding = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
+                tied_weight.tensor_parallel = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
             self.weight = tied_weight
             self.output = None
         else:
@@ -377,11 +379,11 @@ class BertHeads(nn.Module):
         self.transform_norm = make_norm(spec)
         if tied_weight is None:
             tied_weight = _weight(vocab // tp_size(), spec.hidden)
-            tied_weight.shared_embedding = True  # type: ignore[attr-defined]
-            tied_weight.tensor_parallel = True  # type: ignore[attr-defined]
+            tied_weight.shared_embedding = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
+            tied_weight.tensor_parallel = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
         self.weight = tied_weight
         self.decoder_bias = nn.Parameter(torch.zeros(vocab // tp_size()))
-        self.decoder_bias.tensor_parallel = True  # type: ignore[attr-defined]
+        self.decoder_bias.tensor_parallel = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
         self.pooler = Linear(spec.hidden, spec.hidden)
         self.nsp = Linear(spec.hidden, 2)
 

@@ -8,6 +8,7 @@ from rich.text import Text
 
 from neurontools.top.formats import NA
 from neurontools.top.model import Sample
+from neurontools.top.state import DisplayState
 from neurontools.top.widgets.drawing import BANNER, TITLE, section
 from neurontools.top.widgets.panel import TextPanel
 
@@ -51,9 +52,9 @@ class Banner(TextPanel):
             out.append(part)
         return out
 
-    def show(self, sample: Sample, state: object) -> None:  # type: ignore[override]
+    def show(self, sample: Sample, state: DisplayState) -> None:
         self.display = bool(sample.error)
-        super().show(sample, state)  # type: ignore[arg-type]
+        super().show(sample, state)
 
 
 class SectionBar(TextPanel):

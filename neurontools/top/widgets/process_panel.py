@@ -14,7 +14,12 @@ from neurontools.top.widgets.drawing import SECTION, SELECTED_ROW, fit
 from neurontools.top.widgets.panel import TextPanel
 
 # (heading, width; 0 = the rest), right-aligned?
-COLUMNS = (("PID", 8, True), ("Tag", 14, False), ("Command", 0, False), ("Cores", 8, False))
+COLUMNS: tuple[tuple[str, int, bool], ...] = (
+    ("PID", 8, True),
+    ("Tag", 14, False),
+    ("Command", 0, False),
+    ("Cores", 8, False),
+)
 COLUMNS += ((STEPS_PER_SECOND.label, 9, True), (COMPILE_CACHE_HITS.label, 11, True))
 TITLE = "Neuron Processes"
 

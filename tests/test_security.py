@@ -69,7 +69,7 @@ def tcp_env(short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def shared_dir() -> Iterator[Path]:
+def group_dir() -> Iterator[Path]:
     """A directory another user can search (0710, group nobody's) but only its owner can write."""
     path = Path(tempfile.mkdtemp(prefix="nt-grp-", dir="/tmp"))
     try:
@@ -212,7 +212,7 @@ def test_the_per_user_directory_is_created_0700_and_an_unsafe_one_is_refused(
 
 @pytest.mark.parametrize("dir_mode", [0o777, 0o1777, 0o720])
 def test_a_socket_directory_others_can_write_is_refused(dir_mode: int, short_tmp: Path) -> None:
-    unsafe = short_tmp / "shared"
+    unsafe = short_tmp / "open-to-all"
     unsafe.mkdir()
     unsafe.chmod(dir_mode)
     up = run_tool(["neuron-emulator", "up"], str(unsafe / "d.sock"))
@@ -232,9 +232,9 @@ def test_a_socket_directory_owned_by_another_user_is_refused(short_tmp: Path) ->
     assert list(theirs.iterdir()) == []
 
 
-def test_socket_group_gives_0660_to_that_group(shared_dir: Path) -> None:
+def test_socket_group_gives_0660_to_that_group(group_dir: Path) -> None:
     group = grp.getgrgid(other_user()[1] if IS_ROOT else os.getegid()).gr_name
-    daemon = start_daemon(shared_dir, extra=["--socket-group", group])
+    daemon = start_daemon(group_dir, extra=["--socket-group", group])
     try:
         st = os.stat(daemon.address)
         assert stat.S_IMODE(st.st_mode) == 0o660 and st.st_gid == grp.getgrnam(group).gr_gid
@@ -299,10 +299,10 @@ def test_a_process_may_attach_and_report_only_for_itself(daemon: Daemon, short_t
 
 
 @needs_root
-def test_another_user_in_the_socket_group_may_change_only_itself(shared_dir: Path, holders) -> None:
-    daemon = start_daemon(shared_dir, extra=["--socket-group", grp.getgrgid(other_user()[1]).gr_name])
+def test_another_user_in_the_socket_group_may_change_only_itself(group_dir: Path, holders) -> None:
+    daemon = start_daemon(group_dir, extra=["--socket-group", grp.getgrgid(other_user()[1]).gr_name])
     try:
-        holder = start_holder(daemon.address, shared_dir)
+        holder = start_holder(daemon.address, group_dir)
         holders.append(holder)
         assert holder.attached, holder.stderr
         ecc = {"neuron_device": 0, "event_type": "mem_ecc_corrected"}
@@ -332,8 +332,8 @@ def test_another_user_in_the_socket_group_may_change_only_itself(shared_dir: Pat
 
 
 @needs_root
-def test_another_user_cannot_connect_to_a_0600_socket(shared_dir: Path) -> None:
-    daemon = start_daemon(shared_dir)  # the directory lets nobody search it; the socket does not
+def test_another_user_cannot_connect_to_a_0600_socket(group_dir: Path) -> None:
+    daemon = start_daemon(group_dir)  # the directory lets nobody search it; the socket does not
     try:
         assert as_other_user(daemon.address, [("GET", "/v1/status", None)]) == [[None, "EACCES"]]
     finally:

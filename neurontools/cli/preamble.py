@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from typing import TextIO
+from collections.abc import Callable, Sequence
+from typing import TextIO, TypeVar
 
 from neurontools import __version__
-from neurontools.cli.output import write_line
+from neurontools.cli.errors import UsageError
+from neurontools.cli.output import print_usage_error, write_line
+
+Options = TypeVar("Options")
 
 
 def arguments(argv: Sequence[str] | None) -> list[str]:
@@ -35,3 +38,17 @@ def help_or_version(opts: object, prog: str, usage: str, out: TextIO | None = No
     if getattr(opts, "version", False):
         return show_version(prog, out)
     return None
+
+
+def options_or_status(
+    parse: Callable[[list[str]], Options], argv: list[str], prog: str, usage: str, out: TextIO | None = None
+) -> Options | int:
+    """The parsed options, or the exit status once a usage error (one line, ``prog: error: ...``),
+    the usage or the version is printed: the argparse-style preamble of neuron-monitor,
+    neuron-top and neuron-exporter."""
+    try:
+        opts = parse(argv)
+    except UsageError as exc:
+        return print_usage_error(prog, str(exc))
+    done = help_or_version(opts, prog, usage, out)
+    return opts if done is None else done

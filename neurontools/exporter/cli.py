@@ -27,10 +27,9 @@ from neurontools.cli import (
     RaisingParser,
     UsageError,
     arguments,
-    help_or_version,
+    options_or_status,
     port_number,
     print_error,
-    print_usage_error,
     stop_signals,
 )
 from neurontools.exporter.app import PROG, Exposition, create_app
@@ -39,6 +38,8 @@ from neurontools.exporter.server import listen, serve, url
 from neurontools.sources.address import AddressError
 from neurontools.sources.daemon_client import DaemonClient
 from neurontools.sources.tool_session import ToolSession
+
+__all__ = ["USAGE", "Options", "UsageError", "main", "parse_args"]  # UsageError: what parse_args raises
 
 DEFAULT_BIND = "127.0.0.1"
 DEFAULT_PORT = 8000  # where the official script serves and the dashboards' scrape config expects it
@@ -116,13 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    try:
-        opts = parse_args(argv)
-    except UsageError as exc:
-        return print_usage_error(PROG, str(exc))
-    done = help_or_version(opts, PROG, USAGE)
-    if done is not None:
-        return done
+    opts = options_or_status(parse_args, argv, PROG, USAGE)
+    if isinstance(opts, int):
+        return opts
     try:
         client = DaemonClient(timeout=min(max(2 * opts.interval, 1.0), 5.0))
     except AddressError as exc:

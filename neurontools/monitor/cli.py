@@ -30,11 +30,9 @@ from typing import Any, Protocol, TextIO
 from neurontools.cli import (
     STOPPED,
     RaisingParser,
-    UsageError,
     arguments,
-    help_or_version,
+    options_or_status,
     print_error,
-    print_usage_error,
     silence_stdout,
     stop_signals,
 )
@@ -233,13 +231,9 @@ def main(
 ) -> int:
     argv = arguments(argv)
     out = stdout if stdout is not None else sys.stdout
-    try:
-        opts = parse_args(argv)
-    except UsageError as exc:
-        return print_usage_error(PROG, str(exc))
-    done = help_or_version(opts, PROG, USAGE, out)
-    if done is not None:
-        return done
+    opts = options_or_status(parse_args, argv, PROG, USAGE, out)
+    if isinstance(opts, int):
+        return opts
     try:
         config = load_config(opts.config_file) if opts.config_file is not None else default_config()
     except ConfigError as exc:

@@ -24,7 +24,13 @@ from textual.containers import Vertical, VerticalScroll
 from textual.worker import get_current_worker
 
 from neurontools import __version__
-from neurontools.cli import UsageError, arguments, handle_signals, help_or_version, print_error, print_usage_error
+from neurontools.cli import (
+    UsageError,
+    arguments,
+    handle_signals,
+    options_or_status,
+    print_error,
+)
 from neurontools.messages import one_line
 from neurontools.sources.address import AddressError, DaemonAddress, parse_address, resolve_address
 from neurontools.sources.report_stream import ReportStream
@@ -252,13 +258,9 @@ def make_source(opts: Options, argv: Sequence[str]) -> SampleSource:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = arguments(argv)
-    try:
-        opts = parse_args(argv)
-    except UsageError as exc:
-        return print_usage_error(PROG, str(exc))
-    done = help_or_version(opts, PROG, USAGE)
-    if done is not None:
-        return done
+    opts = options_or_status(parse_args, argv, PROG, USAGE)
+    if isinstance(opts, int):
+        return opts
     try:
         if not opts.from_stdin:
             _address(opts)  # a bad address is the first thing to report

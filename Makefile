@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+NATIVE := $(VENV)/.native-stamp
 # Where the CPU build of torch comes from. Empty = pip's configured sources (this machine has
 # the CPU wheel locally). Elsewhere: make TORCH_INDEX=https://download.pytorch.org/whl/cpu test
 TORCH_INDEX ?=
@@ -14,7 +15,7 @@ TEST_WORKERS ?= 2
 
 .PHONY: setup demo test lint clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(NATIVE)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,17 +24,23 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[emulator,dev]'
 	@touch $(STAMP)
 
+# The emulated device's C++ backend, compiled into ~/.cache/neuron-emulator (about 30 s). Without
+# a compiler the emulator falls back to its Python device layer (slower per op) and says so.
+$(NATIVE): $(STAMP) emulator/capture/native/xla_backend.cpp
+	-$(BIN)/python -m emulator.capture.native.build
+	@touch $(NATIVE)
+
 # In a terminal: the full demo (daemon + training + neuron-exporter on :8000 + neuron-top; q quits).
 # Without one (a pipe, CI): the neuron-ls walkthrough of scripts/demo.sh.
-demo: $(STAMP)
+demo: setup
 	@if [ -t 1 ]; then PATH="$(CURDIR)/$(BIN):$$PATH" neuron-emulator demo; \
 	else PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh; fi
 
-lint: $(STAMP)
+lint: setup
 	$(BIN)/ruff check neurontools emulator tests scripts examples $(wildcard benchmarks)
 	$(BIN)/mypy  # files and settings: [tool.mypy] in pyproject.toml
 
-test: $(STAMP) lint
+test: setup lint
 	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile
 
 clean:

@@ -3,13 +3,14 @@
     python benchmarks/capture_overhead.py [--steps 20] [--no-gpt3]
 
 1. gpt-tiny, one training step (forward, backward, AdamW) on the host: plain PyTorch versus the
-   same step on the emulated device (every op captured and recorded, HBM ledger, graph hash and
-   cost model at the step's end). Neither side sleeps for simulated device time or talks to a
-   daemon: this is the emulator's own overhead. A third kind of step runs the same device
-   tensors with recording, ledger and cost model off: the cost of the tensor subclass alone
-   (PyTorch calling into Python for every op; a 10-line pass-through subclass costs the same per
-   op, docs/parallel.md). The kinds of step alternate (plain, no hooks, emulated, plain, ...)
-   so that a change in the machine's load hits them alike. Target: ratio of the medians <= 1.15.
+   same step on the emulated device ``xla`` — the native backend real-math work runs on (every
+   op captured in C++, device memory counted, the graph's key at the step's end, its records,
+   hash and cost model once per new graph). Neither side sleeps for simulated device time or
+   talks to a daemon: this is the emulator's own overhead. For comparison, the same step on the
+   Python device layer (``lazy``: a tensor subclass, PyTorch calling into Python for every op;
+   what model-scale work and the no-compiler fallback use). The kinds of step alternate (plain,
+   native, Python layer, plain, ...) so that a change in the machine's load hits them alike.
+   Target: ratio of the medians (native / plain) <= 1.15.
 2. bert-large (model scale, meta tensors: workload ``bert-large``, batch 16 x seq 128, bf16,
    AdamW): wall time to trace and cost one step after the first (the first one compiles).
    Target: <= 0.3 s. Peer: the same step in plain PyTorch on ``meta`` (no emulator; PyTorch's
@@ -31,6 +32,7 @@ from collections.abc import Callable
 import torch
 from torch.utils._python_dispatch import _pop_mode, _push_mode
 
+from emulator.capture import native
 from emulator.capture import tensor as dt
 from emulator.capture.recorder import Recorder
 from emulator.costmodel import CostOptions, cost_graph
@@ -101,6 +103,28 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, batch: tuple)
     opt.step()
 
 
+class NativeCapture:
+    """What DeviceRuntime does with the native backend on the host, minus reporting and the
+    simulated wait: record every op, take the graph's key at the step's end, and the first
+    time a key is seen build its records, hash and cost."""
+
+    def __init__(self) -> None:
+        module = native.start(lambda nbytes: RuntimeError(f"out of device memory ({nbytes} bytes)"))
+        if module is None:
+            raise SystemExit("the native device backend is not available (python -m emulator.capture.native.build)")
+        self.digests: dict[tuple, str] = {}
+        self.costs: dict[str, object] = {}
+        self.options = CostOptions()
+
+    def end_step(self) -> None:
+        captured = native.take_graph()
+        if captured is None or captured.key in self.digests:
+            return
+        ops = captured.ops()
+        digest = self.digests[captured.key] = graph_hash(ops)
+        self.costs[digest] = cost_graph(ops, self.options, NEURONCORE_V2)
+
+
 def gpt_tiny_ratio(steps: int) -> None:
     spec = get_workload("gpt-tiny")
     options = TaskOptions(batch_size=spec.batch_size, seq_len=spec.seq_len)
@@ -108,6 +132,12 @@ def gpt_tiny_ratio(steps: int) -> None:
     task = spec.build(options)
     batch = next(task.batches)
     opt = torch.optim.AdamW(task.model.parameters(), lr=1e-3)
+
+    capture = NativeCapture()
+    ntask = spec.build(options)
+    nmodel = ntask.model.to(native.DEVICE)
+    nbatch = tuple(t.to(native.DEVICE) for t in next(ntask.batches))
+    nopt = torch.optim.AdamW(nmodel.parameters(), lr=1e-3)
 
     dev = CaptureOnly(capacity=16 * 2**30)
     with dev:
@@ -119,39 +149,35 @@ def gpt_tiny_ratio(steps: int) -> None:
     def plain_step() -> None:
         train_step(task.model, opt, batch)
 
-    def emulated_step() -> None:
+    def native_step() -> None:
+        train_step(nmodel, nopt, nbatch)
+        capture.end_step()
+
+    def python_layer_step() -> None:
         with dev:
             train_step(model, dopt, dbatch)
             dev.end_step()
 
-    def dispatch_only_step() -> None:
-        # the same device tensors with recording, ledger and cost model switched off: what the
-        # tensor subclass itself costs (PyTorch calling into Python for every op and, in
-        # backward, for every autograd node)
-        with dev:
-            dt.hooks.on_op = dt.hooks.on_alloc = None
-            train_step(model, dopt, dbatch)
-            dev.recorder.take_graph()
-
     for _ in range(3):
         plain_step()
-        dispatch_only_step()
-        emulated_step()
+        native_step()
+        python_layer_step()
     plain: list[Sample] = []
-    floor: list[Sample] = []
     emulated: list[Sample] = []
+    python_layer: list[Sample] = []
     for _ in range(steps):
         plain.append(timed_once(plain_step))
-        floor.append(timed_once(dispatch_only_step))
-        emulated.append(timed_once(emulated_step))
-    p, f, e = median(plain), median(floor), median(emulated)
-    pc, fc, ec = median(plain, 1), median(floor, 1), median(emulated, 1)
+        emulated.append(timed_once(native_step))
+        python_layer.append(timed_once(python_layer_step))
+    p, e, y = median(plain), median(emulated), median(python_layer)
+    pc, ec, yc = median(plain, 1), median(emulated, 1), median(python_layer, 1)
+    graph = next(iter(capture.costs.values()))
     print("gpt-tiny training step (batch 16 x seq 128, fp32, AdamW), host time, median of alternating steps")
-    print(f"  plain PyTorch            {p * 1e3:8.1f} ms wall  {pc * 1e3:8.1f} ms thread CPU")
-    print(f"  device tensors, no hooks {f * 1e3:8.1f} ms wall  {fc * 1e3:8.1f} ms thread CPU   ({f / p:.3f}x)")
-    print(f"  capture + cost model     {e * 1e3:8.1f} ms wall  {ec * 1e3:8.1f} ms thread CPU")
-    print(f"  ratio                    {e / p:8.3f}x          (target <= 1.15x)")
-    print(f"  recording + ledger + cost model alone: {(e - f) / p:.3f}x of the plain step")
+    print(f"  plain PyTorch              {p * 1e3:8.1f} ms wall  {pc * 1e3:8.1f} ms thread CPU")
+    print(f"  device xla (native)        {e * 1e3:8.1f} ms wall  {ec * 1e3:8.1f} ms thread CPU")
+    print(f"  device lazy (Python layer) {y * 1e3:8.1f} ms wall  {yc * 1e3:8.1f} ms thread CPU   ({y / p:.3f}x)")
+    print(f"  ratio native / plain       {e / p:8.3f}x          (target <= 1.15x)")
+    print(f"  graphs {len(capture.costs)}, ops in the first {graph.op_count}")  # type: ignore[attr-defined]
 
 
 def plain_meta_step_time(name: str, options: TaskOptions, steps: int) -> float:

@@ -2,9 +2,11 @@
 ``import torch_xla.core.xla_model as xm``.
 
 ``xla_device()`` attaches the process to the emulated instance, claims its NeuronCores (see
-:mod:`emulator.runtime.attach`) and returns the device ``lazy:0``: tensors and modules moved
-there do their real work on the CPU (or on ``meta`` for model-scale work) while every op is
-captured; ``mark_step()`` executes the step graph on the emulated NeuronCore.
+:mod:`emulator.runtime.attach`) and returns the device ``xla:0`` (the native device backend,
+:mod:`emulator.capture.native`; ``lazy:0``, the Python device layer, where that backend is not
+available or torch_xla's BF16 switches are set): tensors and modules moved there do their real
+work on the CPU while every op is captured; ``mark_step()`` executes the step graph on the
+emulated NeuronCore. Model-scale work (meta tensors) uses :func:`model_scale_device`.
 torch is imported only when a device is asked for, so ``import emulator.xla`` stays cheap.
 """
 
@@ -29,6 +31,7 @@ __all__ = [
     "is_master_ordinal",
     "last_step",
     "mark_step",
+    "model_scale_device",
     "neuroncores",
     "optimizer_step",
     "rendezvous",
@@ -40,6 +43,7 @@ __all__ = [
 _lock = threading.Lock()
 _runtime: DeviceRuntime | None = None
 _runtime_pid: int | None = None
+_python_layer_pid: int | None = None  # the process whose ops the Python device layer's mode sees
 
 
 def _device_runtime() -> DeviceRuntime:
@@ -47,17 +51,28 @@ def _device_runtime() -> DeviceRuntime:
     with _lock:
         if _runtime is not None and _runtime_pid == os.getpid():
             return _runtime
-        from torch.utils._python_dispatch import _push_mode
-
-        from emulator.capture.tensor import DeviceMode
         from emulator.runtime.executor import DeviceRuntime
 
         session = attach()
         runtime = DeviceRuntime(session, os.environ)
         runtime.install()
-        _push_mode(DeviceMode())
         _runtime, _runtime_pid = runtime, os.getpid()
+        if runtime.native is None:
+            _use_python_layer()
         return runtime
+
+
+def _use_python_layer() -> None:
+    """Route host ops that ask for device ``lazy`` to the Python device layer (once)."""
+    global _python_layer_pid
+    if _python_layer_pid == os.getpid():
+        return
+    from torch.utils._python_dispatch import _push_mode
+
+    from emulator.capture.tensor import DeviceMode
+
+    _push_mode(DeviceMode())
+    _python_layer_pid = os.getpid()
 
 
 def xla_device(n: int | None = None, devkind: str | None = None) -> torch.device:
@@ -65,9 +80,24 @@ def xla_device(n: int | None = None, devkind: str | None = None) -> torch.device
 
     Raises :class:`NeuronRuntimeError` when the cores cannot be claimed or no daemon runs.
     """
+    runtime = _device_runtime()
+    if runtime.native is not None:
+        from emulator.capture.native import DEVICE as NATIVE_DEVICE
+
+        return NATIVE_DEVICE
+    from emulator.capture.tensor import DEVICE
+
+    return DEVICE
+
+
+def model_scale_device() -> torch.device:
+    """The device for model-scale work (meta tensors: shapes, no values): the Python device
+    layer's ``lazy:0``, which never allocates the tensors it counts (docs/capture.md)."""
     from emulator.capture.tensor import DEVICE
 
     _device_runtime()
+    with _lock:
+        _use_python_layer()
     return DEVICE
 
 

@@ -21,7 +21,7 @@ def test_demo_shows_live_process_and_cleans_up() -> None:
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "instance-type: trn1.32xlarge" in out
-    assert "attached: device=lazy:0 neuroncores=nc0-nc7" in out
+    assert "attached: device=xla:0 neuroncores=nc0-nc7" in out
     # neuron-ls --wide lists the demo process on devices 0-3 with its runtime version
     rows = [
         ln

@@ -119,7 +119,8 @@ def raw_op(name: str, func: Any, formula: Any, ins: list, outs: list, args: Any,
     return (name, in_sig, out_sig, flops)
 
 
-def _meta(sig: tuple) -> tuple[TensorMeta, ...]:
+def tensor_metas(sig: tuple) -> tuple[TensorMeta, ...]:
+    """The cost model's view of (shape, dtype) pairs."""
     metas = []
     for shape, dtype in sig:
         numel = 1
@@ -140,7 +141,7 @@ class CapturedGraph:
         return len(self.key)
 
     def ops(self) -> list[OpRecord]:
-        return [OpRecord(name, _meta(ins), _meta(outs), flops) for name, ins, outs, flops in self.key]
+        return [OpRecord(name, tensor_metas(ins), tensor_metas(outs), flops) for name, ins, outs, flops in self.key]
 
 
 class Recorder:

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from emulator.capture import native
 from emulator.capture import tensor as device_tensor
 from emulator.capture.ops import CollectiveRecord
 from emulator.capture.recorder import Recorder
@@ -95,12 +96,19 @@ class DeviceRuntime:
         self.last: StepResult | None = None
         self._lock = threading.Lock()
         self._cache_base = (0, 0)  # compile-cache counts when the daemon last registered us
+        self.native: Any = None  # the native device backend, once install() started it
 
     # -- lifecycle ---------------------------------------------------------------------------
     def install(self) -> None:
         device_tensor.hooks.on_op = self.recorder.on_op
         device_tensor.hooks.on_alloc = self.ledger.on_alloc
         device_tensor.hooks.downcast = framework_downcast(self.env)
+        # Real-math work runs on the native backend (device xla). torch_xla's BF16 switches cast
+        # tensors as they land on the device, which only the Python layer does (docs/capture.md).
+        if not device_tensor.hooks.downcast:
+            self.native = native.start(self.ledger.out_of_memory)
+            if self.native is not None:
+                self.ledger.use_native(self.native, native.parameters)
         self.session.set_resume(self.resume_state)
         self.session.on_register(self._register_again)
 
@@ -129,7 +137,7 @@ class DeviceRuntime:
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         total = 0
         for grad in grads:
-            inner = device_tensor.unwrap(grad)
+            inner = native.host_view(grad) if native.is_device(grad) else device_tensor.unwrap(grad)
             total += inner.numel() * inner.element_size()
             if not inner.is_meta:
                 try:
@@ -152,7 +160,7 @@ class DeviceRuntime:
 
     def _mark_step(self) -> StepResult | None:
         called = time.monotonic()
-        captured = self.recorder.take_graph()
+        captured = self._take_graph()
         collectives, self._collectives = self._collectives, []
         if not len(captured) and not collectives:
             return None
@@ -205,6 +213,17 @@ class DeviceRuntime:
             )
         return result
 
+    def _take_graph(self) -> Any:
+        """The step's ops, from the device layer that recorded them (both, in the rare process
+        that uses the two)."""
+        python = self.recorder.take_graph()
+        native_graph = native.take_graph() if self.native is not None else None
+        if native_graph is None or not len(native_graph):
+            return python
+        if not len(python):
+            return native_graph
+        return _Graphs(python, native_graph)
+
     def _compile_and_load(self, digest: str, ops: list) -> tuple[LoadedModel, float, bool]:
         cost = compile_cost(ops)
         on_disk = self.cache.on_disk(digest)
@@ -235,6 +254,8 @@ class DeviceRuntime:
 
     def _produced_non_finite(self) -> bool:
         """NaN/Inf in the floating-point values the device holds (real-math work only)."""
+        if self.native is not None and self.native.non_finite():
+            return True
         for wrapper in self.ledger.live_wrappers():
             inner = device_tensor.made_inner(wrapper)  # None: a lazy meta tensor, no values
             if inner is None or inner.is_meta or not inner.is_floating_point() or inner.numel() == 0:
@@ -288,6 +309,20 @@ class DeviceRuntime:
         except DaemonError as exc:
             if exc.status == 404:  # a restarted daemon that does not know us (yet)
                 self.session.suspect()
+
+
+class _Graphs:
+    """A step recorded partly by each device layer: one graph, the Python layer's ops first."""
+
+    def __init__(self, *parts: Any) -> None:
+        self.parts = parts
+        self.key = tuple(p.key for p in parts)
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+    def ops(self) -> list:
+        return [op for p in self.parts for op in p.ops()]
 
 
 def framework_downcast(env: Mapping[str, str]) -> dict[torch.dtype, torch.dtype]:

@@ -14,13 +14,20 @@ collected. Categories follow neuron-monitor (docs/reference/neuron-monitor.md §
 
 An allocation that would take a core past its capacity raises the runtime's out-of-memory error
 (``NRT_RESOURCE``, status 4) in the allocating process; nothing is allocated.
+
+Two device layers allocate: the Python one (model-scale work; a lease per storage, below) and
+the native backend (real-math work, :mod:`emulator.capture.native`), which counts its storages
+in C++ and checks them against the room this ledger leaves it (:meth:`use_native`). Its
+parameters are the ``nn.Parameter`` objects on device ``xla`` the native layer knows of.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from types import ModuleType
 
 import torch
 
@@ -128,18 +135,46 @@ class MemoryLedger:
         self._prune_at = 1024
         self._allocated_bytes = 0  # as of the last settling
         self.model_code = 0  # NEFF code of loaded models
-        self.peak = 0
+        self._peak = 0
+        # the native device backend's counters and its live parameters, when it is in use
+        self._native: ModuleType | None = None
+        self._native_params: Callable[[], Iterable[torch.Tensor]] = tuple
+
+    def use_native(self, module: ModuleType, parameters: Callable[[], Iterable[torch.Tensor]]) -> None:
+        """Count the native backend's storages too; give it the room left on the core."""
+        self._native = module
+        self._native_params = parameters
+        self._native_room()
+
+    def _native_room(self) -> None:
+        if self._native is not None:
+            self._native.set_capacity(self.capacity - self.fixed_bytes() - self._python_allocated())
+
+    @property
+    def peak(self) -> int:
+        """Most bytes held at once (the native storages' peak plus what is fixed on the core)."""
+        if self._native is None:
+            return self._peak
+        return max(self._peak, self._native.peak_bytes() + self.fixed_bytes())
+
+    @peak.setter
+    def peak(self, value: int) -> None:
+        self._peak = value
 
     # -- allocation --------------------------------------------------------------------------
     def fixed_bytes(self) -> int:
         return self.model_code + self.code_overhead + self.runtime_memory
 
-    @property
-    def _allocated(self) -> int:
-        """Bytes of the live storages."""
+    def _python_allocated(self) -> int:
         with self._lock:
             self._settle()
             return self._allocated_bytes
+
+    @property
+    def _allocated(self) -> int:
+        """Bytes of the live storages."""
+        native = self._native.live_bytes() if self._native is not None else 0
+        return self._python_allocated() + native
 
     def on_alloc(self, wrapper: torch.Tensor) -> None:
         inner = wrapper._inner  # type: ignore[attr-defined]  # a device tensor (capture.tensor.NeuronTensor)
@@ -182,15 +217,16 @@ class MemoryLedger:
                     return lease
             if self._freed:
                 self._settle()
-            used = self._allocated_bytes + self.code_overhead + self.model_code + self.runtime_memory
+            native = self._native.live_bytes() if self._native is not None else 0
+            used = self._allocated_bytes + native + self.code_overhead + self.model_code + self.runtime_memory
             if used + nbytes > self.capacity:
                 raise self._out_of_memory(nbytes, "tensors")
             lease = _Lease(key, nbytes, self._freed, self._leases)
             if key is not None:
                 self._leases[key] = weakref.ref(lease)
             self._allocated_bytes += nbytes
-            if used + nbytes > self.peak:
-                self.peak = used + nbytes
+            if used + nbytes > self._peak:
+                self._peak = used + nbytes
             return lease
 
     def _hold(self, wrapper: torch.Tensor, lease: _Lease) -> None:
@@ -228,7 +264,8 @@ class MemoryLedger:
             if used + nbytes > self.capacity:
                 raise self._out_of_memory(nbytes, "model code")
             self.model_code += nbytes
-            self.peak = max(self.peak, used + nbytes)
+            self._peak = max(self._peak, used + nbytes)
+            self._native_room()
 
     # -- reading -----------------------------------------------------------------------------
     def usage(self) -> CoreUsage:
@@ -240,7 +277,7 @@ class MemoryLedger:
                 if (getattr(w, "_is_param", False) or isinstance(w, torch.nn.Parameter))
                 and (lease := getattr(w, attr, None)) is not None
             }
-            constants = sum(param_leases.values())
+            constants = sum(param_leases.values()) + self._native_parameter_bytes()
             return CoreUsage(
                 constants=constants,
                 model_code=self.model_code + self.code_overhead,
@@ -248,6 +285,19 @@ class MemoryLedger:
                 runtime_memory=self.runtime_memory,
                 tensors=self._allocated - constants,
             )
+
+    def _native_parameter_bytes(self) -> int:
+        """Bytes of the native device storages that parameters live on (each storage once)."""
+        storages: dict[int, int] = {}
+        for p in self._native_params():
+            if p.device.type == "xla":
+                storage = p.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
+        return sum(storages.values())
+
+    def out_of_memory(self, nbytes: int) -> NeuronRuntimeError:
+        """The error of a tensor allocation that does not fit (the native backend raises it)."""
+        return self._out_of_memory(nbytes, "tensors")
 
     def live_wrappers(self) -> list[torch.Tensor]:
         refs = self._wrappers[:]

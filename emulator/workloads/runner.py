@@ -102,6 +102,8 @@ def train(config: RunConfig, backend: XlaBackend, reporter: Reporter) -> RunResu
         result = RunResult(_header(config, task, backend, world))
         reporter.start(result.header)
         dtype = TORCH_DTYPES[config.dtype]
+        if task.on_meta:
+            device = backend.model_scale_device(device)
         _place_model(task, device, dtype)  # the weights' device memory is allocated here
         optimizer = torch.optim.AdamW(task.model.parameters(), lr=config.lr, eps=ADAM_EPS[config.dtype])
         hbm = HbmPeak(_daemon_client() if backend.attaches else None)

@@ -10,7 +10,7 @@ import torch
 import emulator.xla as xm
 
 gib = float(sys.argv[1])
-device = xm.xla_device()
+device = xm.model_scale_device()  # meta tensors: counted, never allocated
 n = int(gib * 2**30) // 4
 held = torch.empty(n, dtype=torch.float32, device="meta").to(device)
 xm.mark_step()  # one execution, so the daemon learns the memory in use

@@ -27,7 +27,8 @@ args = parser.parse_args()
 
 torch.manual_seed(0)
 try:
-    device = xm.xla_device()
+    # meta tensors (shapes, no values) go to the Python device layer, which never allocates them
+    device = xm.model_scale_device() if args.meta else xm.xla_device()
     maker = torch.device("meta") if args.meta else torch.device("cpu")
     with maker:
         model = torch.nn.Sequential(

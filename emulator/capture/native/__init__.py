@@ -183,5 +183,12 @@ def start(out_of_memory: Callable[[int], BaseException]) -> ModuleType | None:
     if module is not None:
         _watch_parameters()
         module.set_out_of_memory(out_of_memory)
+        # Backward on the calling thread, as for CPU tensors. Otherwise PyTorch's autograd engine
+        # runs it on a thread of its own for the xla device, which drops its last reference to the
+        # finished graph task (and the Python objects of its saved thread state) after the caller
+        # has resumed: a script that ends right after backward() can be finalising Python then,
+        # and the process aborts ("terminate called without an active exception"). The setting
+        # is PyTorch's (torch.autograd.set_multithreading_enabled) and per thread.
+        torch._C._set_multithreading_enabled(False)
         module.set_recording(True)
     return module

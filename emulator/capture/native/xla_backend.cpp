@@ -64,6 +64,8 @@ struct Hold {
   c10::DataPtr data;
   int64_t nbytes;
   c10::ScalarType dtype = c10::ScalarType::Undefined;  // of the first tensor made on it
+  // written by an op since the last numerical-error check: an output of the execution
+  std::atomic<bool> written{false};
 };
 
 // the live device storages, for the numerical-error check of an execution (non_finite)
@@ -72,6 +74,7 @@ std::unordered_set<Hold*> g_holds;
 
 Hold* new_hold(c10::Storage storage, c10::DataPtr data, int64_t nbytes, c10::ScalarType dtype) {
   auto* hold = new Hold{std::move(storage), std::move(data), nbytes, dtype};
+  hold->written.store(true, std::memory_order_relaxed);
   count_alloc(nbytes);
   std::lock_guard<std::mutex> lock(g_holds_mutex);
   g_holds.insert(hold);
@@ -86,6 +89,12 @@ void release(void* ctx) {
   }
   g_live_bytes.fetch_sub(hold->nbytes);
   delete hold;
+}
+
+void mark_written(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage()) return;
+  const c10::DataPtr& ptr = t.storage().data_ptr();
+  if (ptr.get_deleter() == &release) static_cast<Hold*>(ptr.get_context())->written.store(true, std::memory_order_relaxed);
 }
 
 void set_dtype(const at::Tensor& t) {
@@ -105,6 +114,7 @@ struct DeviceAllocator final : c10::Allocator {
     c10::DataPtr host = c10::GetAllocator(c10::DeviceType::CPU)->allocate(n);
     void* ptr = host.get();
     Hold* hold = new_hold(c10::Storage(), std::move(host), static_cast<int64_t>(n), c10::ScalarType::Undefined);
+    hold->written.store(false, std::memory_order_relaxed);  // uninitialised until an op writes it
     return c10::DataPtr(ptr, hold, &release, kDevice);
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
@@ -348,7 +358,10 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::St
     for (size_t i = 0; i < nargs; ++i) args.push_back(meta_value((*stack)[base + i]));
   }
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-  if (schema.is_mutable()) sync_written(u);
+  if (schema.is_mutable()) {
+    sync_written(u);
+    for (const at::Tensor& t : u.originals) mark_written(t);
+  }
   const size_t nret = schema.returns().size();
   const size_t rbase = stack->size() - nret;
   std::vector<TensorSig> outs;
@@ -359,13 +372,17 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::St
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
       if (rec) add_sig(outs, t);
-      if (!keep_host) v = rewrap(t, u);
+      if (!keep_host) {
+        v = rewrap(t, u);
+        mark_written(v.toTensor());
+      }
     } else if (v.isTensorList()) {
       c10::List<at::Tensor> list = v.toTensorList();
       c10::List<at::Tensor> dev;
       for (const at::Tensor& t : list) {
         if (rec) add_sig(outs, t);
         dev.push_back(keep_host ? t : rewrap(t, u));
+        if (!keep_host) mark_written(dev.get(dev.size() - 1));
       }
       v = dev;
     }
@@ -388,6 +405,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     at::AutoDispatchBelowADInplaceOrView guard;
     host_self.copy_(host_src, non_blocking);
   }
+  if (dst_dev) mark_written(self);
   if (g_recording.load(std::memory_order_relaxed)) {
     const char* name = dst_dev && src_dev ? "aten.copy_" : (dst_dev ? "emulator.host_to_device" : "emulator.device_to_host");
     std::vector<TensorSig> ins, outs;
@@ -475,19 +493,21 @@ pybind11::tuple sigs_to_py(const std::vector<TensorSig>& sigs) {
   return out;
 }
 
-// Whether a floating-point device storage holds a NaN or an infinity (what the runtime reports
-// as an execution's numerical error).
+// Whether a floating-point device storage written since the last check (an output of the
+// execution) holds a NaN or an infinity: what the runtime reports as a numerical error.
 bool non_finite() {
   std::lock_guard<std::mutex> lock(g_holds_mutex);
+  bool found = false;
   for (Hold* hold : g_holds) {
+    if (!hold->written.exchange(false, std::memory_order_relaxed) || found) continue;
     if (hold->dtype == c10::ScalarType::Undefined || !c10::isFloatingType(hold->dtype)) continue;
     int64_t n = hold->nbytes / static_cast<int64_t>(c10::elementSize(hold->dtype));
     if (n == 0) continue;
     void* data = hold->data.get() != nullptr ? hold->data.get() : hold->storage.mutable_data();
     at::Tensor t = at::from_blob(data, {n}, at::TensorOptions().dtype(hold->dtype).device(kHost));
-    if (!at::isfinite(t).all().item<bool>()) return true;
+    if (!at::isfinite(t).all().item<bool>()) found = true;
   }
-  return false;
+  return found;
 }
 
 // A host tensor over a device tensor's memory: what the host-side collectives (gloo) work on.

@@ -35,7 +35,7 @@ from neurontools.report.schema import (
     VCPU_FIELDS,
     VCPU_USAGE,
 )
-from neurontools.report.snapshot import LoadedModel, ProcessSnapshot, Snapshot
+from neurontools.report.snapshot_models import LoadedModel, ProcessSnapshot, Snapshot
 
 Group = dict[str, Any]
 

@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -121,6 +122,13 @@ def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
     # children that outlived their parent (they share its group: it was started as a session leader)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def cpu_seconds(procs: list[psutil.Process]) -> float:

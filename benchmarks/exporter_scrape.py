@@ -38,7 +38,6 @@ import contextlib
 import http.client
 import json
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -62,6 +61,7 @@ from emulated_job import (
     add_job_option,
     busy_between,
     cpu_seconds,
+    free_port,
     missing_tools,
     process_tree,
     rss_bytes,
@@ -98,12 +98,6 @@ MONITOR_CONFIG = {
 
 
 # -- the load: a real training job on all 32 NeuronCores -----------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_load(run: Run, job: Job) -> None:

@@ -35,7 +35,6 @@ import http.client
 import json
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -51,7 +50,7 @@ from emulator.daemon.telemetry import LATENCY_WINDOW_S
 from neurontools.report.schema import APP_GROUPS, SYSTEM_GROUPS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from emulated_job import BIN, BenchError, Run, process_tree, run_benchmark, stop_process
+from emulated_job import BIN, BenchError, Run, free_port, process_tree, run_benchmark, stop_process
 
 MAIN_JOB = ["gpt3-6.7b", "--tp", "8", "--dp", "3", "--global-batch", "48"]
 MAIN_RANKS = 24
@@ -64,12 +63,6 @@ MONITOR_CONFIG = {
     "system_metrics": [{"type": group} for group in SYSTEM_GROUPS],
 }
 COUNTER_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -189,6 +189,22 @@ def busy_between(before: dict, after: dict) -> Busy:
     return Busy(len(deltas), sum(deltas) / len(deltas) / wall if deltas and wall > 0 else 0.0)
 
 
+class LoadMeter:
+    """What the load (the daemon and a job: launcher and ranks) does from now until ``stop()``:
+    the NeuronCores it keeps busy, from the daemon's snapshots, and the CPU it uses."""
+
+    def __init__(self, run: Run, job: JobRun) -> None:
+        self.run = run
+        self.procs = [*run.daemon_processes(), *job.processes()]
+        self.before, self.cpu = run.snapshot(), cpu_seconds(self.procs)
+
+    def stop(self) -> tuple[Busy, float]:
+        """(the busy cores, the load's CPU as a share of one core) over the window, in daemon time."""
+        after, cpu = self.run.snapshot(), cpu_seconds(self.procs)
+        seconds = after["monotonic"] - self.before["monotonic"]
+        return busy_between(self.before, after), (cpu - self.cpu) / seconds if seconds > 0 else 0.0
+
+
 # -- the job ----------------------------------------------------------------------------------------
 
 TRACED = re.compile(r"traced (\d+) graphs in ([\d.]+) s; every rank replays them \((?:([\d.]+) s simulated compile|no)")

@@ -57,6 +57,7 @@ from emulated_job import (
     BenchError,
     Busy,
     Job,
+    LoadMeter,
     Run,
     add_job_option,
     busy_between,
@@ -129,15 +130,13 @@ def check_load(run: Run) -> None:
     assert run.job is not None
     step = run.job.step_seconds()
     seconds = 2 * step if step else 10.0
-    load = [*run.daemon_processes(), *run.job.processes()]
-    before, cpu0 = run.snapshot(), cpu_seconds(load)
+    meter = LoadMeter(run, run.job)
     time.sleep(seconds)
-    after, cpu1 = run.snapshot(), cpu_seconds(load)
-    busy = busy_between(before, after)
+    busy, cpu = meter.stop()
     print(
         f"  busy cores: {busy.cores} of {CORES} (busy-time delta > 0 over {seconds:.1f} s in /v1/snapshot), "
         f"mean utilization {100 * busy.utilization:.1f}%; the load (daemon, launcher, ranks) used "
-        f"{100 * (cpu1 - cpu0) / seconds:.1f}% of one core"
+        f"{100 * cpu:.1f}% of one core"
     )
 
 

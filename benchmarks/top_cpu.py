@@ -30,9 +30,9 @@ from emulated_job import (
     BIN,
     CORES,
     JOBS,
+    LoadMeter,
     Run,
     add_job_option,
-    busy_between,
     cpu_seconds,
     rss_bytes,
     run_benchmark,
@@ -85,8 +85,7 @@ def main() -> int:
         run.wait_started(started)
         run.wait_step(started, 1, timeout=(started.traced() or (0, 0.0, 60.0))[2] + 120)
         ranks = started.ranks()
-        load = [*run.daemon_processes(), *started.processes()]
-        before, load0 = run.snapshot(), cpu_seconds(load)
+        meter = LoadMeter(run, started)
         rows = []
         for name, argv in (
             ("neuron-top", [str(BIN / "neuron-top"), "--interval", "1"]),
@@ -94,8 +93,7 @@ def main() -> int:
         ):
             pct, nprocs = viewer_cpu(run, name, argv, args.seconds)
             rows.append((name, pct, nprocs))
-        after, load1 = run.snapshot(), cpu_seconds(load)
-        busy = busy_between(before, after)
+        busy, cpu = meter.stop()
         print(
             f"load: trn1.32xlarge, {job.command}: {len(ranks)} rank processes, attached "
             f"{started.attached:.1f} s after the command, first execution at {started.first_execution:.1f} s; "
@@ -104,7 +102,7 @@ def main() -> int:
         print(
             f"  during the viewers' windows: {busy.cores} of {CORES} NeuronCores busy, mean utilization "
             f"{100 * busy.utilization:.1f}%; the load (daemon, launcher, ranks) used "
-            f"{100 * (load1 - load0) / (after['monotonic'] - before['monotonic']):.1f}% of one core"
+            f"{100 * cpu:.1f}% of one core"
         )
         print(f"window: {args.seconds:.0f} s per viewer, refresh 1 s, terminal {'x'.join(TERMINAL)} (tmux)")
         print(f"{'viewer':<12} {'CPU % of one core':>18} {'processes':>10}")

@@ -10,31 +10,20 @@ import json
 import signal
 import subprocess
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
-from tests.fuzz_inputs import (
-    base_reports,
-    full_config,
-    fuzz_cc_flags,
-    fuzz_cli_argv,
-    fuzz_compat_pump,
-    fuzz_core_env,
-    fuzz_monitor_config,
-    fuzz_report_stream,
-)
+from tests.fuzz_inputs import CI_FUZZERS, base_reports, full_config, fuzz_report_stream
 from tests.fuzz_support import FuzzStats
 from tests.support import BIN, one_clear_line, run_tool, tool_env, wait_until
 
-T = TypeVar("T")
 
-
-def fuzzed_cleanly(fuzz: Callable[..., T], examples: int, **options: Any) -> T:
-    """``fuzz`` run on ``examples`` generated inputs: no failure, at least that many inputs tried;
-    returns what it returns."""
+def fuzzed_cleanly(target: str, **options: Any) -> Any:
+    """The fuzzer ``target`` of ``CI_FUZZERS`` run on its CI count of generated inputs: no failure,
+    at least that many inputs tried; returns what the fuzzer returns."""
+    fuzz, examples = CI_FUZZERS[target]
     stats = FuzzStats()
     result = fuzz(stats, examples, **options)
     print(stats.summary())
@@ -44,11 +33,11 @@ def fuzzed_cleanly(fuzz: Callable[..., T], examples: int, **options: Any) -> T:
 
 
 def test_monitor_config_files_parse_or_say_why_in_one_line() -> None:
-    fuzzed_cleanly(fuzz_monitor_config, 300)
+    fuzzed_cleanly("neuron-monitor config")
 
 
 def test_report_streams_skip_bad_lines_and_map_the_rest() -> None:
-    samples = fuzzed_cleanly(fuzz_report_stream, 150)
+    samples = fuzzed_cleanly("NDJSON: neuron-top --source -")
     assert len(samples) > 100
 
 
@@ -84,7 +73,7 @@ def test_neuron_top_renders_whatever_a_stream_maps_to() -> None:
 
 
 def test_neuron_monitor_prometheus_skips_bad_lines_one_line_each() -> None:
-    fuzzed_cleanly(fuzz_compat_pump, 150)
+    fuzzed_cleanly("NDJSON: neuron-monitor-prometheus")
 
 
 def test_lines_over_the_limit_are_skipped_without_being_held_whole() -> None:
@@ -127,11 +116,11 @@ def test_labels_a_utf8_page_cannot_carry_are_replaced() -> None:
 
 
 def test_core_selection_environment_gives_only_the_documented_errors() -> None:
-    fuzzed_cleanly(fuzz_core_env, 400)
+    fuzzed_cleanly("core selection environment")
 
 
 def test_neuron_cc_flags_give_only_the_documented_errors() -> None:
-    fuzzed_cleanly(fuzz_cc_flags, 300)
+    fuzzed_cleanly("NEURON_CC_FLAGS")
 
 
 @pytest.mark.parametrize(
@@ -139,7 +128,7 @@ def test_neuron_cc_flags_give_only_the_documented_errors() -> None:
     ["neuron-ls", "neuron-top", "neuron-monitor", "neuron-exporter", "neuron-monitor-prometheus", "neuron-emulator"],
 )
 def test_generated_command_lines_exit_cleanly_with_one_line(tool: str) -> None:
-    fuzzed_cleanly(fuzz_cli_argv, 120, tools=[tool])
+    fuzzed_cleanly("command lines", tools=[tool])
 
 
 # -- the real commands, a few times each ---------------------------------------------------------------

@@ -45,6 +45,12 @@ IS_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root: acts as another user (uid nobody) or chowns")
 
 
+def tcp_daemon(tmp: Path) -> tuple[Daemon, int]:
+    """A daemon on 127.0.0.1 at a free port: (it, the port)."""
+    port = free_port()
+    return start_daemon(tmp, address=f"http://127.0.0.1:{port}"), port
+
+
 def mode(path: Path | str) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
 
@@ -339,9 +345,8 @@ def test_another_user_cannot_connect_to_a_0600_socket(group_dir: Path) -> None:
 
 
 def test_tcp_binds_loopback_and_changes_need_the_token(tcp_env: Path, holders) -> None:
-    port = free_port()
-    address = f"http://127.0.0.1:{port}"
-    daemon = start_daemon(tcp_env, address=address)
+    daemon, port = tcp_daemon(tcp_env)
+    address = daemon.address
     token_file = Path(token_path(port))
     try:
         assert token_file.parent == tcp_env
@@ -441,9 +446,8 @@ def test_bind_all_interfaces_serves_local_clients_over_loopback(tcp_env: Path) -
 
 
 def test_training_and_tools_work_over_tcp(tcp_env: Path, holders) -> None:
-    port = free_port()
-    address = f"http://127.0.0.1:{port}"
-    daemon = start_daemon(tcp_env, address=address)
+    daemon, _ = tcp_daemon(tcp_env)
+    address = daemon.address
     try:
         run = subprocess.run(
             [str(BIN / "neuron-emulator"), "run", "gpt-tiny", "--steps", "2"],
@@ -494,9 +498,8 @@ def test_training_and_tools_work_over_tcp(tcp_env: Path, holders) -> None:
 
 
 def test_exporter_answers_405_to_every_change(tcp_env: Path, exporters) -> None:
-    port = free_port()
-    address = f"http://127.0.0.1:{port}"
-    daemon = start_daemon(tcp_env, address=address)
+    daemon, _ = tcp_daemon(tcp_env)
+    address = daemon.address
     try:
         exporter = start_exporter(address)
         exporters.append(exporter)

@@ -1,6 +1,7 @@
 """The benchmarks' load: an emulated trn1.32xlarge and a real model-scale training job on it.
 
-Not a benchmark of its own; ``pace.py``, ``exporter_scrape.py`` and ``top_cpu.py`` import it.
+Not a benchmark of its own; ``pace.py``, ``exporter_scrape.py`` and ``top_cpu.py`` import it, and
+``soak.py`` its frame (``run_benchmark``: a ``Run``, signals, exit statuses).
 
 ``Run`` owns a temporary directory (daemon socket, compile cache, logs), the daemon
 (``neuron-emulator up --instance-type trn1.32xlarge --socket <tmp>`` in the foreground, in a
@@ -12,16 +13,19 @@ group, and removes the directory; it ignores a second Ctrl-C while it does so.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -120,6 +124,13 @@ def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def cpu_seconds(procs: list[psutil.Process]) -> float:
     total = 0.0
     for proc in procs:
@@ -176,6 +187,22 @@ def busy_between(before: dict, after: dict) -> Busy:
     start, end = core_busy(before), core_busy(after)
     deltas = [end[c] - start[c] for c in end if c in start and end[c] - start[c] > 0]
     return Busy(len(deltas), sum(deltas) / len(deltas) / wall if deltas and wall > 0 else 0.0)
+
+
+class LoadMeter:
+    """What the load (the daemon and a job: launcher and ranks) does from now until ``stop()``:
+    the NeuronCores it keeps busy, from the daemon's snapshots, and the CPU it uses."""
+
+    def __init__(self, run: Run, job: JobRun) -> None:
+        self.run = run
+        self.procs = [*run.daemon_processes(), *job.processes()]
+        self.before, self.cpu = run.snapshot(), cpu_seconds(self.procs)
+
+    def stop(self) -> tuple[Busy, float]:
+        """(the busy cores, the load's CPU as a share of one core) over the window, in daemon time."""
+        after, cpu = self.run.snapshot(), cpu_seconds(self.procs)
+        seconds = after["monotonic"] - self.before["monotonic"]
+        return busy_between(self.before, after), (cpu - self.cpu) / seconds if seconds > 0 else 0.0
 
 
 # -- the job ----------------------------------------------------------------------------------------
@@ -408,3 +435,48 @@ class Run:
         finally:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+# -- a benchmark's frame ----------------------------------------------------------------------------
+
+
+def missing_tools(benchmark: str, *names: str) -> bool:
+    """True, after saying so on stderr, when a console script ``names`` lists is not next to this Python."""
+    missing = [n for n in names if not (BIN / n).exists()]
+    if missing:
+        print(
+            f"{benchmark}: {', '.join(missing)} not found next to {sys.executable}; "
+            "run with the project's .venv/bin/python",
+            file=sys.stderr,
+        )
+    return bool(missing)
+
+
+def add_job_option(parser: argparse.ArgumentParser, default: str) -> None:
+    """``--job KEY``: the training job on all cores."""
+    parser.add_argument(
+        "--job",
+        choices=list(JOBS),
+        default=default,
+        help=f"the training job on all {CORES} cores (default {default})",
+    )
+
+
+def run_benchmark(benchmark: str, prefix: str, body: Callable[[Run], None]) -> int:
+    """``body`` with a fresh ``Run`` (temporary directory named ``prefix...``), SIGTERM and Ctrl-C
+    unwinding it (``handle_signals``); the run is closed whatever happens. Returns the exit
+    status: 0, 130 when interrupted, 1 after printing ``benchmark: why`` when a ``BenchError``
+    stops it."""
+    handle_signals()
+    run = Run(prefix=prefix)
+    try:
+        body(run)
+    except (KeyboardInterrupt, Interrupted):
+        print("\ninterrupted; cleaning up", file=sys.stderr)
+        return 130
+    except BenchError as exc:
+        print(f"{benchmark}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        run.close()
+    return 0

@@ -38,7 +38,6 @@ import contextlib
 import http.client
 import json
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -57,14 +56,17 @@ from emulated_job import (
     JOBS,
     BenchError,
     Busy,
-    Interrupted,
     Job,
+    LoadMeter,
     Run,
+    add_job_option,
     busy_between,
     cpu_seconds,
-    handle_signals,
+    free_port,
+    missing_tools,
     process_tree,
     rss_bytes,
+    run_benchmark,
     stop_process,
     tail,
 )
@@ -99,12 +101,6 @@ MONITOR_CONFIG = {
 # -- the load: a real training job on all 32 NeuronCores -----------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def start_load(run: Run, job: Job) -> None:
     """Start ``job`` on the daemon, wait until it is past step 1 and print what that took."""
     print(f"load: {job.command} (a fresh compile cache; runs until the end)")
@@ -134,15 +130,13 @@ def check_load(run: Run) -> None:
     assert run.job is not None
     step = run.job.step_seconds()
     seconds = 2 * step if step else 10.0
-    load = [*run.daemon_processes(), *run.job.processes()]
-    before, cpu0 = run.snapshot(), cpu_seconds(load)
+    meter = LoadMeter(run, run.job)
     time.sleep(seconds)
-    after, cpu1 = run.snapshot(), cpu_seconds(load)
-    busy = busy_between(before, after)
+    busy, cpu = meter.stop()
     print(
         f"  busy cores: {busy.cores} of {CORES} (busy-time delta > 0 over {seconds:.1f} s in /v1/snapshot), "
         f"mean utilization {100 * busy.utilization:.1f}%; the load (daemon, launcher, ranks) used "
-        f"{100 * (cpu1 - cpu0) / seconds:.1f}% of one core"
+        f"{100 * cpu:.1f}% of one core"
     )
 
 
@@ -373,12 +367,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--scrapes", type=int, default=200, help="scrapes per exporter (default 200)")
     parser.add_argument("--rate", type=float, default=10.0, help="scrapes per second (default 10)")
-    parser.add_argument(
-        "--job",
-        choices=list(JOBS),
-        default=DEFAULT_JOB,
-        help=f"the training job on all 32 cores (default {DEFAULT_JOB})",
-    )
+    add_job_option(parser, DEFAULT_JOB)
     args = parser.parse_args()
     if args.scrapes < 1:
         parser.error("--scrapes must be at least 1")
@@ -390,17 +379,8 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     job = JOBS[args.job]
-    missing = [
-        n
-        for n in ("neuron-emulator", "neuron-monitor", "neuron-monitor-prometheus", "neuron-exporter")
-        if not (BIN / n).exists()
-    ]
-    if missing:
-        print(
-            f"exporter_scrape: {', '.join(missing)} not found next to {sys.executable}; "
-            "run with the project's .venv/bin/python",
-            file=sys.stderr,
-        )
+    tools = ("neuron-emulator", "neuron-monitor", "neuron-monitor-prometheus", "neuron-exporter")
+    if missing_tools("exporter_scrape", *tools):
         return 1
     node_exporter = shutil.which(NODE_EXPORTER) or (
         f"/usr/bin/{NODE_EXPORTER}" if Path(f"/usr/bin/{NODE_EXPORTER}").exists() else None
@@ -439,11 +419,10 @@ def main() -> int:
             ),
         )
 
-    handle_signals()
-    run = Run(prefix="nt-scrape-bench-")
     t_start = time.monotonic()
     results: list[Result] = []
-    try:
+
+    def measure_peers(run: Run) -> None:
         run.start_daemon()
         print(
             f"host: {psutil.cpu_count()} vCPUs, {psutil.virtual_memory().total / 2**30:.1f} GiB RAM; "
@@ -451,18 +430,13 @@ def main() -> int:
         )
         start_load(run, job)
         check_load(run)
-
         for peer in peers:
             print(f"measuring {peer.name} ...", flush=True)
             results.append(measure(run, peer, args.scrapes, args.rate))
-    except (KeyboardInterrupt, Interrupted):
-        print("\ninterrupted; cleaning up", file=sys.stderr)
-        return 130
-    except BenchError as exc:
-        print(f"exporter_scrape: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        run.close()
+
+    status = run_benchmark("exporter_scrape", "nt-scrape-bench-", measure_peers)
+    if status:
+        return status
     print_results(results, args.scrapes, args.rate, job)
     print(f"\ntotal run time {time.monotonic() - t_start:.0f} s")
     return 0

@@ -60,14 +60,14 @@ from emulated_job import (
     INSTANCE_TYPE,
     JOBS,
     BenchError,
-    Interrupted,
     Job,
     JobRun,
     Run,
     cpu_seconds,
-    handle_signals,
     is_rank,
+    missing_tools,
     process_tree,
+    run_benchmark,
     stop_process,
 )
 
@@ -515,19 +515,13 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    missing = [n for n in ("neuron-emulator", "neuron-monitor") if not (BIN / n).exists()]
-    if missing:
-        print(
-            f"pace: {', '.join(missing)} not found next to {sys.executable}; use the project's .venv/bin/python",
-            file=sys.stderr,
-        )
+    if missing_tools("pace", "neuron-emulator", "neuron-monitor"):
         return 1
     jobs = [JOBS[k] for k in (args.job or list(JOBS))]
-    handle_signals()
-    run = Run(prefix="nt-pace-")
     t0 = time.monotonic()
     results: list[Measured] = []
-    try:
+
+    def measure_jobs(run: Run) -> None:
         memory = psutil.virtual_memory()
         print(
             f"host: {CPUS} vCPUs, {memory.total / 2**30:.1f} GiB RAM ({memory.available / 2**30:.1f} available), "
@@ -537,14 +531,10 @@ def main() -> int:
         print(f"emulated {INSTANCE_TYPE} at {run.address}; each job with its own fresh compile cache in {run.tmp}")
         for job in jobs:
             results.append(measure_job(run, job, args.window, args.period))
-    except (KeyboardInterrupt, Interrupted):
-        print("\ninterrupted; cleaning up", file=sys.stderr)
-        return 130
-    except BenchError as exc:
-        print(f"pace: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        run.close()
+
+    status = run_benchmark("pace", "nt-pace-", measure_jobs)
+    if status:
+        return status
     print_table(results, args.period)
     print(f"\ntotal run time {time.monotonic() - t0:.0f} s")
     return 0

@@ -35,7 +35,6 @@ import http.client
 import json
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -51,7 +50,7 @@ from emulator.daemon.telemetry import LATENCY_WINDOW_S
 from neurontools.report.schema import APP_GROUPS, SYSTEM_GROUPS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from emulated_job import BIN, BenchError, Interrupted, Run, handle_signals, process_tree, stop_process
+from emulated_job import BIN, BenchError, Run, free_port, process_tree, run_benchmark, stop_process
 
 MAIN_JOB = ["gpt3-6.7b", "--tp", "8", "--dp", "3", "--global-batch", "48"]
 MAIN_RANKS = 24
@@ -64,12 +63,6 @@ MONITOR_CONFIG = {
     "system_metrics": [{"type": group} for group in SYSTEM_GROUPS],
 }
 COUNTER_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -295,8 +288,11 @@ def soak(minutes: float, scrape_rate: float, sample_every: float) -> int:
     if shutil.which("tmux") is None:
         print("soak: needs tmux (apt-get install -y tmux)", file=sys.stderr)
         return 1
+    return run_benchmark("soak", "nt-soak-", lambda run: soak_on(run, minutes, scrape_rate, sample_every))
+
+
+def soak_on(run: Run, minutes: float, scrape_rate: float, sample_every: float) -> None:
     errors = Errors()
-    run = Run(prefix="nt-soak-")
     tmux_session = f"nt-soak-{time.monotonic_ns()}"
     threads: list[threading.Thread] = []
     scraper: Scraper | None = None
@@ -366,20 +362,12 @@ def soak(minutes: float, scrape_rate: float, sample_every: float) -> int:
                 break
             time.sleep(max(0.0, min(sample_every, end - time.monotonic())))
         summarize(samples, warmup, scraper, churn, reader, errors, minutes)
-        return 0
-    except (KeyboardInterrupt, Interrupted):
-        print("soak: interrupted", file=sys.stderr)
-        return 130
-    except BenchError as exc:
-        print(f"soak: {exc}", file=sys.stderr)
-        return 1
     finally:
         if scraper is not None:
             scraper.stop()
         if churn is not None:
             churn.stop()
         subprocess.run(["tmux", "kill-session", "-t", tmux_session], capture_output=True)
-        run.close()
 
 
 def warmup_seconds(soak: float) -> float:
@@ -435,7 +423,6 @@ def main() -> int:
     args = parser.parse_args()
     if args.minutes <= 0 or args.scrape_rate <= 0 or args.sample_every <= 0:
         parser.error("--minutes, --scrape-rate and --sample-every must be positive")
-    handle_signals()
     return soak(args.minutes, args.scrape_rate, args.sample_every)
 
 

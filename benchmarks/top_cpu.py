@@ -30,13 +30,12 @@ from emulated_job import (
     BIN,
     CORES,
     JOBS,
-    BenchError,
-    Interrupted,
+    LoadMeter,
     Run,
-    busy_between,
+    add_job_option,
     cpu_seconds,
-    handle_signals,
     rss_bytes,
+    run_benchmark,
 )
 
 TERMINAL = ("120", "40")
@@ -72,28 +71,21 @@ def viewer_cpu(run: Run, name: str, argv: list[str], seconds: float) -> tuple[fl
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="measurement window per viewer (default 60)")
-    parser.add_argument(
-        "--job",
-        choices=list(JOBS),
-        default="gpt3-6.7b-tp8dp4",
-        help="the training job on all 32 cores (default gpt3-6.7b-tp8dp4)",
-    )
+    add_job_option(parser, "gpt3-6.7b-tp8dp4")
     args = parser.parse_args()
     for tool in ("tmux", "htop"):
         if shutil.which(tool) is None:
             print(f"top_cpu: {tool} is not installed (apt-get install -y {tool})", file=sys.stderr)
             return 1
     job = JOBS[args.job]
-    handle_signals()
-    run = Run(prefix="nt-topbench-")
-    try:
+
+    def compare(run: Run) -> None:
         run.start_daemon()
         started = run.start_job(job, 100_000)  # runs until stopped
         run.wait_started(started)
         run.wait_step(started, 1, timeout=(started.traced() or (0, 0.0, 60.0))[2] + 120)
         ranks = started.ranks()
-        load = [*run.daemon_processes(), *started.processes()]
-        before, load0 = run.snapshot(), cpu_seconds(load)
+        meter = LoadMeter(run, started)
         rows = []
         for name, argv in (
             ("neuron-top", [str(BIN / "neuron-top"), "--interval", "1"]),
@@ -101,8 +93,7 @@ def main() -> int:
         ):
             pct, nprocs = viewer_cpu(run, name, argv, args.seconds)
             rows.append((name, pct, nprocs))
-        after, load1 = run.snapshot(), cpu_seconds(load)
-        busy = busy_between(before, after)
+        busy, cpu = meter.stop()
         print(
             f"load: trn1.32xlarge, {job.command}: {len(ranks)} rank processes, attached "
             f"{started.attached:.1f} s after the command, first execution at {started.first_execution:.1f} s; "
@@ -111,7 +102,7 @@ def main() -> int:
         print(
             f"  during the viewers' windows: {busy.cores} of {CORES} NeuronCores busy, mean utilization "
             f"{100 * busy.utilization:.1f}%; the load (daemon, launcher, ranks) used "
-            f"{100 * (load1 - load0) / (after['monotonic'] - before['monotonic']):.1f}% of one core"
+            f"{100 * cpu:.1f}% of one core"
         )
         print(f"window: {args.seconds:.0f} s per viewer, refresh 1 s, terminal {'x'.join(TERMINAL)} (tmux)")
         print(f"{'viewer':<12} {'CPU % of one core':>18} {'processes':>10}")
@@ -119,15 +110,8 @@ def main() -> int:
             print(f"{name:<12} {pct:>17.2f}% {nprocs:>10}")
         top, htop = rows[0][1], rows[1][1]
         print(f"neuron-top / htop: {top / htop:.2f}x   (target: neuron-top <= 1 % of one core; AWS states 0.7 %)")
-    except (KeyboardInterrupt, Interrupted):
-        print("\ninterrupted; cleaning up", file=sys.stderr)
-        return 130
-    except BenchError as exc:
-        print(f"top_cpu: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        run.close()
-    return 0
+
+    return run_benchmark("top_cpu", "nt-topbench-", compare)
 
 
 if __name__ == "__main__":

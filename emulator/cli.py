@@ -45,9 +45,21 @@ IDENTITY_FLAGS = (
 )
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _add_instance_type(parser: argparse.ArgumentParser, default: str) -> None:
+    """``--instance-type/-i TYPE``: which catalog instance to emulate."""
     from emulator.hardware.instance_types import INSTANCE_TYPES
 
+    parser.add_argument(
+        "--instance-type",
+        "-i",
+        default=default,
+        choices=list(INSTANCE_TYPES),
+        metavar="TYPE",
+        help=f"one of {', '.join(INSTANCE_TYPES)} (default {default})",
+    )
+
+
+def _build_parser() -> argparse.ArgumentParser:
     parser = RaisingParser(  # a parse error is one clear line, not a usage dump
         prog=PROG,
         description="Emulated AWS Trn1 instance: a daemon that real training processes attach to, "
@@ -60,14 +72,7 @@ def _build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     up = sub.add_parser("up", help="start the emulated instance daemon")
-    up.add_argument(
-        "--instance-type",
-        "-i",
-        default="trn1.2xlarge",
-        choices=list(INSTANCE_TYPES),
-        metavar="TYPE",
-        help=f"one of {', '.join(INSTANCE_TYPES)} (default trn1.2xlarge)",
-    )
+    _add_instance_type(up, "trn1.2xlarge")
     up.add_argument("--detach", "-d", action="store_true", help="run in the background; return once it answers")
     where = up.add_mutually_exclusive_group()
     where.add_argument("--socket", metavar="PATH", help="listen on this Unix socket")
@@ -115,14 +120,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="daemon + a parallel job over most cores + real training + neuron-exporter on :8000 + neuron-top; "
         "q stops all of it",
     )
-    demo.add_argument(
-        "--instance-type",
-        "-i",
-        default="trn1.32xlarge",
-        choices=list(INSTANCE_TYPES),
-        metavar="TYPE",
-        help=f"one of {', '.join(INSTANCE_TYPES)} (default trn1.32xlarge)",
-    )
+    _add_instance_type(demo, "trn1.32xlarge")
     demo.add_argument(
         "--workload",
         default="gpt-tiny",

@@ -19,14 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests.*
 
-from tests.fuzz_inputs import (
-    fuzz_cc_flags,
-    fuzz_cli_argv,
-    fuzz_compat_pump,
-    fuzz_core_env,
-    fuzz_monitor_config,
-    fuzz_report_stream,
-)
+from tests.fuzz_inputs import CI_FUZZERS
 from tests.fuzz_support import (
     FuzzStats,
     daemon_problems,
@@ -55,10 +48,6 @@ def _exporter_api(stats: FuzzStats, scale: int, seed: int) -> None:
     fuzz_exporter_api(stats, examples=175 * scale, seed=seed)
 
 
-def _report_stream(stats: FuzzStats, scale: int, seed: int) -> None:
-    fuzz_report_stream(stats, 150 * scale, seed=seed)
-
-
 def _scaled(fuzz: Callable[..., None], examples: int) -> Callable[[FuzzStats, int, int], None]:
     """A target whose CI run takes ``examples`` examples."""
     return lambda stats, scale, seed: fuzz(stats, examples * scale, seed=seed)
@@ -70,12 +59,7 @@ TARGETS: dict[str, Callable[[FuzzStats, int, int], None]] = {
     "exporter API (schemathesis)": _exporter_api,
     "daemon hostile requests": _daemon_requests,
     "exporter hostile requests": _scaled(fuzz_exporter_requests, 200),
-    "neuron-monitor config": _scaled(fuzz_monitor_config, 300),
-    "NDJSON: neuron-top --source -": _report_stream,
-    "NDJSON: neuron-monitor-prometheus": _scaled(fuzz_compat_pump, 150),
-    "core selection environment": _scaled(fuzz_core_env, 400),
-    "NEURON_CC_FLAGS": _scaled(fuzz_cc_flags, 300),
-    "command lines": _scaled(fuzz_cli_argv, 120),
+    **{name: _scaled(fuzz, examples) for name, (fuzz, examples) in CI_FUZZERS.items()},
 }
 
 

@@ -584,3 +584,15 @@ def fuzz_cli_argv(stats: FuzzStats, examples: int, seed: int | None = None, tool
 
             run_given(strategies[tool], examples, check, seed=seed)
     sys.stdout.flush()
+
+
+# Every fuzzer of this module by name, with its example count in CI (tests/test_fuzz_inputs.py);
+# scripts/fuzz.py runs multiples of these counts, round after round.
+CI_FUZZERS: dict[str, tuple[Callable[..., Any], int]] = {
+    "neuron-monitor config": (fuzz_monitor_config, 300),
+    "NDJSON: neuron-top --source -": (fuzz_report_stream, 150),
+    "NDJSON: neuron-monitor-prometheus": (fuzz_compat_pump, 150),
+    "core selection environment": (fuzz_core_env, 400),
+    "NEURON_CC_FLAGS": (fuzz_cc_flags, 300),
+    "command lines": (fuzz_cli_argv, 120),
+}

@@ -16,30 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from neurontools.inventory import HardwareInfo, InstanceIdentity
+from neurontools.report import snapshot_models
 from neurontools.report.schema import CORE_MEMORY_KEYS, ERROR_SUMMARY_KEYS, EXECUTION_SUMMARY_KEYS, HW_COUNTER_KEYS
 from neurontools.report.snapshot import SNAPSHOT, snapshot_from_dict
-from neurontools.report.snapshot_models import (
-    CompileCache,
-    CoreCounters,
-    CoreMemoryUsage,
-    CpuTimes,
-    DeviceCounters,
-    ErrorCounts,
-    ExecutionCounts,
-    HostMemory,
-    HostMemoryUsage,
-    HostSnapshot,
-    Latency,
-    LoadedModel,
-    ProcessMemory,
-    RuntimeProcess,
-    Snapshot,
-    Subgraph,
-    SubgraphBreakdown,
-    SubgraphDeviceMemory,
-    SubgraphMemory,
-    VcpuTimes,
-)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
 MB = 1024 * 1024
@@ -62,7 +41,7 @@ def recorded(name: str) -> dict[str, Any]:
     return copy.deepcopy(_recorded(name))
 
 
-def parsed(data: Any) -> Snapshot:
+def parsed(data: Any) -> snapshot_models.Snapshot:
     """The tools' view of a snapshot (validated: a malformed one raises ``SnapshotError``)."""
     return snapshot_from_dict(data)
 
@@ -106,18 +85,22 @@ def loaded_model(
     per_device: int,
     device: Mapping[str, int],
     host: Mapping[str, int],
-) -> LoadedModel:
+) -> snapshot_models.LoadedModel:
     """A model loaded on global NeuronCore ``core`` (one subgraph, ``sg_00``): its load-time device
     memory by category (``constants``, ``model_code``, ``runtime_memory``, ``tensors``) and host memory."""
-    breakdown = SubgraphBreakdown(host=HostMemoryUsage(**host), neuron_device=SubgraphDeviceMemory(**device))
-    subgraph = Subgraph(
-        memory_used_bytes=SubgraphMemory(
+    breakdown = snapshot_models.SubgraphBreakdown(
+        host=snapshot_models.HostMemoryUsage(**host), neuron_device=snapshot_models.SubgraphDeviceMemory(**device)
+    )
+    subgraph = snapshot_models.Subgraph(
+        memory_used_bytes=snapshot_models.SubgraphMemory(
             host=sum(host.values()), neuron_device=sum(device.values()), usage_breakdown=breakdown
         ),
         neuroncore_index=core % per_device,
         neuron_device_index=core // per_device,
     )
-    return LoadedModel(name=name, uuid=uuid, model_id=model_id, is_running=True, subgraphs={"sg_00": subgraph})
+    return snapshot_models.LoadedModel(
+        name=name, uuid=uuid, model_id=model_id, is_running=True, subgraphs={"sg_00": subgraph}
+    )
 
 
 def runtime_process(
@@ -136,26 +119,34 @@ def runtime_process(
     compile_cache: tuple[int, int] = (0, 0),
     host_memory: Mapping[str, int] = HOST_MEMORY,
     core_memory: Mapping[int, Mapping[str, int]] | None = None,
-    models: Sequence[LoadedModel] = (),
-) -> RuntimeProcess:
+    models: Sequence[snapshot_models.LoadedModel] = (),
+) -> snapshot_models.RuntimeProcess:
     """A runtime process owning ``cores`` with these cumulative counters (per core: busy seconds,
     FLOPs, per-engine seconds; CPU seconds (user, system), completed executions, no errors) and
     these gauges (host memory, device memory per core by category, loaded models)."""
-    return RuntimeProcess(
+    return snapshot_models.RuntimeProcess(
         pid=pid,
         tag=str(pid) if tag is None else tag,
         command=command,
         runtime_version=runtime_version,
         neuroncores=tuple(cores),
-        cpu=None if cpu is None else CpuTimes(user=cpu[0], system=cpu[1]),
-        cores={c: CoreCounters(busy=busy[c], flops=flops[c], engines=dict((engines or {}).get(c, {}))) for c in cores},
-        executions=ExecutionCounts(**{**dict.fromkeys(EXECUTION_SUMMARY_KEYS, 0), "completed": completed}),
-        errors=ErrorCounts(**dict.fromkeys(ERROR_SUMMARY_KEYS, 0)),
-        latencies=tuple(Latency(*lat) for lat in latencies),
-        compile_cache=CompileCache(hits=compile_cache[0], misses=compile_cache[1]),
-        memory=ProcessMemory(
-            host=HostMemoryUsage(**host_memory),
-            cores={c: CoreMemoryUsage(**(core_memory or {}).get(c, dict.fromkeys(CORE_MEMORY_KEYS, 0))) for c in cores},
+        cpu=None if cpu is None else snapshot_models.CpuTimes(user=cpu[0], system=cpu[1]),
+        cores={
+            c: snapshot_models.CoreCounters(busy=busy[c], flops=flops[c], engines=dict((engines or {}).get(c, {})))
+            for c in cores
+        },
+        executions=snapshot_models.ExecutionCounts(
+            **{**dict.fromkeys(EXECUTION_SUMMARY_KEYS, 0), "completed": completed}
+        ),
+        errors=snapshot_models.ErrorCounts(**dict.fromkeys(ERROR_SUMMARY_KEYS, 0)),
+        latencies=tuple(snapshot_models.Latency(*lat) for lat in latencies),
+        compile_cache=snapshot_models.CompileCache(hits=compile_cache[0], misses=compile_cache[1]),
+        memory=snapshot_models.ProcessMemory(
+            host=snapshot_models.HostMemoryUsage(**host_memory),
+            cores={
+                c: snapshot_models.CoreMemoryUsage(**(core_memory or {}).get(c, dict.fromkeys(CORE_MEMORY_KEYS, 0)))
+                for c in cores
+            },
         ),
         loaded_models=tuple(models),
     )
@@ -192,33 +183,35 @@ def snapshot(
     monotonic: float,
     instance: InstanceIdentity,
     hardware: HardwareInfo,
-    processes: Sequence[RuntimeProcess],
+    processes: Sequence[snapshot_models.RuntimeProcess],
     vcpus: Sequence[Mapping[str, float]],
     context_switches: int = 0,
     host_memory: Mapping[str, int] | None = None,
     ecc: Mapping[int, Mapping[str, int]] | None = None,
-    retired: RuntimeProcess | None = None,
+    retired: snapshot_models.RuntimeProcess | None = None,
 ) -> dict[str, Any]:
     """A whole snapshot as the daemon writes it: ``vcpus`` one row of cumulative seconds per CPU
     (states as docs/snapshot.md), ``host_memory`` the host's (total, used, swap_total, swap_used;
     default 32 GiB, 9 GiB used), ``ecc`` ECC counts per device (default none), ``retired`` the
     counters of processes that have exited (pid 0; default: left out, as older daemons do)."""
     devices = hardware.neuron_device_count
-    taken = Snapshot(
+    taken = snapshot_models.Snapshot(
         time=time,
         monotonic=monotonic,
         instance=instance,
         hardware=hardware,
         processes=tuple(processes),
-        host=HostSnapshot(
-            vcpus=tuple(VcpuTimes(**row) for row in vcpus),
+        host=snapshot_models.HostSnapshot(
+            vcpus=tuple(snapshot_models.VcpuTimes(**row) for row in vcpus),
             context_switches=context_switches,
-            memory=HostMemory(
+            memory=snapshot_models.HostMemory(
                 **(host_memory or {"total": 33110204416, "used": 9876543488, "swap_total": 0, "swap_used": 0})
             ),
         ),
         hardware_counters=tuple(
-            DeviceCounters(neuron_device_index=d, **{**dict.fromkeys(HW_COUNTER_KEYS, 0), **(ecc or {}).get(d, {})})
+            snapshot_models.DeviceCounters(
+                neuron_device_index=d, **{**dict.fromkeys(HW_COUNTER_KEYS, 0), **(ecc or {}).get(d, {})}
+            )
             for d in range(devices)
         ),
         retired=retired,

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from neurontools.report.schema import CORE_MEMORY_KEYS
 from neurontools.sources.address import parse_address
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
 
@@ -49,6 +51,32 @@ def run_tool(
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def execution_report(start: float = 0.0, seconds: float = 0.001) -> dict[str, object]:
+    """A well-formed, minimal execution report (``POST /v1/processes/{pid}/executions``) on core 0:
+    ``seconds`` busy from daemon time ``start``, 1000 FLOPs, completed, no collectives."""
+    return {
+        "core": 0,
+        "start": start,
+        "device_seconds": seconds,
+        "compute_seconds": seconds,
+        "total_latency": seconds,
+        "flops": 1000,
+        "engines": {},
+        "outcome": "completed",
+        "model": {"model_id": 10001, "uuid": "u", "name": "m", "code_bytes": 0},
+        "compile_cache": {"hits": 1, "misses": 0},
+        "collectives": [],
+        "memory": {"core": dict.fromkeys(CORE_MEMORY_KEYS, 0), "peak": 0},
+    }
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.02) -> bool:

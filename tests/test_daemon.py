@@ -6,23 +6,25 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from neurontools.report.schema import CORE_MEMORY_KEYS
 from neurontools.sources.address import parse_address
 from neurontools.sources.daemon_client import DaemonClient, DaemonError
-from tests.support import BIN, one_clear_line, run_tool, start_daemon, start_holder, tool_env, wait_until
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.support import (
+    BIN,
+    execution_report,
+    free_port,
+    one_clear_line,
+    run_tool,
+    start_daemon,
+    start_holder,
+    tool_env,
+    wait_until,
+)
 
 
 def test_detach_returns_once_the_daemon_answers_and_down_stops_it(short_tmp: Path) -> None:
@@ -296,28 +298,11 @@ def test_ecc_faults_on_demand_show_in_the_snapshot(daemon_factory) -> None:
     assert err.value.status == 422
 
 
-def _execution(start: float, seconds: float) -> dict[str, object]:
-    return {
-        "core": 0,
-        "start": start,
-        "device_seconds": seconds,
-        "compute_seconds": seconds,
-        "total_latency": seconds,
-        "flops": 1000,
-        "engines": {},
-        "outcome": "completed",
-        "model": {"model_id": 10001, "uuid": "u", "name": "m", "code_bytes": 0},
-        "compile_cache": {"hits": 1, "misses": 0},
-        "collectives": [],
-        "memory": {"core": dict.fromkeys(CORE_MEMORY_KEYS, 0), "peak": 0},
-    }
-
-
 def test_snapshot_latencies_since_lists_only_later_executions(daemon) -> None:
     with attached_self(daemon) as pid:
         base = daemon.client.get("/snapshot")["monotonic"]
         for start in (base - 3.0, base - 2.0, base - 1.0):  # ends: base - 2.5, - 1.5, - 0.5
-            daemon.client.post(f"/processes/{pid}/executions", _execution(start, 0.5))
+            daemon.client.post(f"/processes/{pid}/executions", execution_report(start, 0.5))
         full = daemon.client.get("/snapshot")
         trimmed = daemon.client.get(f"/snapshot?latencies_since={base - 1.5!r}")
         (proc,) = [p for p in full["processes"] if p["pid"] == pid]
@@ -331,7 +316,7 @@ def test_snapshot_latencies_since_lists_only_later_executions(daemon) -> None:
 
 def test_execution_report_with_partial_memory_is_refused_and_counts_nothing(daemon) -> None:
     with attached_self(daemon) as pid:
-        bad = {**_execution(daemon.client.get("/snapshot")["monotonic"], 0.1), "memory": {"core": {"tensors": 1}}}
+        bad = {**execution_report(daemon.client.get("/snapshot")["monotonic"], 0.1), "memory": {"core": {"tensors": 1}}}
         with pytest.raises(DaemonError) as err:
             daemon.client.post(f"/processes/{pid}/executions", bad)
         assert err.value.status == 400 and "missing: constants" in err.value.body["error"]
@@ -343,7 +328,7 @@ def test_batched_executions_count_when_they_start_with_their_link_bytes(daemon) 
     with attached_self(daemon) as pid:
         now = daemon.client.get("/snapshot")["monotonic"]
         ring = {"kind": "all_reduce", "bytes": 1000, "ranks": 4, "link_bytes": {"intra_chip": 0, "neuronlink": 750}}
-        past, future = _execution(now - 1.0, 0.5), {**_execution(now + 1.0, 0.5), "collectives": [ring]}
+        past, future = execution_report(now - 1.0, 0.5), {**execution_report(now + 1.0, 0.5), "collectives": [ring]}
         daemon.client.post(f"/processes/{pid}/executions/batch", {"executions": [past, future]})
 
         def mine() -> dict:
@@ -367,6 +352,6 @@ def test_a_collective_entry_with_a_count_stands_for_that_many(daemon) -> None:
     with attached_self(daemon) as pid:
         now = daemon.client.get("/snapshot")["monotonic"]
         ring = {"kind": "all_reduce", "bytes": 100, "ranks": 8, "count": 128, "link_bytes": {"neuronlink": 175}}
-        daemon.client.post(f"/processes/{pid}/executions", {**_execution(now - 1, 0.1), "collectives": [ring]})
+        daemon.client.post(f"/processes/{pid}/executions", {**execution_report(now - 1, 0.1), "collectives": [ring]})
         (proc,) = [p for p in daemon.client.get("/snapshot")["processes"] if p["pid"] == pid]
         assert proc["collectives"]["neuronlink"] == {"bytes": 175 * 128, "operations": 128}

@@ -9,17 +9,17 @@ import json
 import re
 import shutil
 import signal
-import socket
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from tests.lifecycle_support import Run, kill_all, ranks_attached, start_run
-from tests.support import BIN, Daemon, start_holder, tool_env, wait_until
+from tests.support import BIN, Daemon, Holder, free_port, start_holder, tool_env, wait_until
 
 WARN = " WARN   NRT:nrt_heartbeat no Neuron emulator daemon answers at "
 AGAIN = " INFO   NRT:nrt_heartbeat registered again with the daemon at "
@@ -47,7 +47,25 @@ def last_step(run: Run) -> int:
     return int(steps[-1]) if steps else 0
 
 
-def restart(daemon_factory, daemon: Daemon, down_seconds: float = 0.0) -> tuple[Daemon, float]:  # type: ignore[no-untyped-def]
+DaemonFactory = Callable[..., Daemon]  # conftest's daemon_factory
+
+
+class Trainer(NamedTuple):
+    daemon: Daemon
+    run: Run
+    proc: dict  # its entry in the daemon's process list
+
+
+@pytest.fixture
+def trainer(daemon_factory: DaemonFactory, short_tmp: Path, runs: list[Run]) -> Trainer:
+    """A trn1.2xlarge daemon and an mlp trainer on its core 0 that trains until stopped, attached."""
+    daemon = daemon_factory("trn1.2xlarge")
+    run = start_run(runs, daemon, short_tmp, "mlp", "--cores", "0", "--steps", "1000000")
+    [proc] = ranks_attached(daemon, run, 1)
+    return Trainer(daemon, run, proc)
+
+
+def restart(daemon_factory: DaemonFactory, daemon: Daemon, down_seconds: float = 0.0) -> tuple[Daemon, float]:
     """Stop the daemon, wait, start a new one on the same socket; (it, when it answered)."""
     daemon.stop()
     time.sleep(down_seconds)
@@ -56,14 +74,9 @@ def restart(daemon_factory, daemon: Daemon, down_seconds: float = 0.0) -> tuple[
 
 
 def test_a_training_process_registers_again_with_a_restarted_daemon(
-    daemon_factory,  # type: ignore[no-untyped-def]
-    short_tmp: Path,
-    runs,
-    holders,
+    trainer: Trainer, daemon_factory: DaemonFactory, short_tmp: Path, holders: list[Holder]
 ) -> None:
-    daemon = daemon_factory("trn1.2xlarge")
-    run = start_run(runs, daemon, short_tmp, "mlp", "--cores", "0", "--steps", "1000000")
-    [proc] = ranks_attached(daemon, run, 1)
+    daemon, run, proc = trainer
     pid = proc["pid"]
     # mlp's graphs are two (step 1 also creates the optimizer state): both loaded after step 3
     assert wait_until(lambda: entry(daemon, pid)["executions"]["completed"] >= 3, timeout=30)
@@ -114,14 +127,9 @@ def test_a_training_process_registers_again_with_a_restarted_daemon(
 
 
 def test_a_core_given_away_while_the_daemon_was_down_fails_the_process(
-    daemon_factory,  # type: ignore[no-untyped-def]
-    short_tmp: Path,
-    runs,
-    holders,
+    trainer: Trainer, daemon_factory: DaemonFactory, short_tmp: Path, holders: list[Holder]
 ) -> None:
-    daemon = daemon_factory("trn1.2xlarge")
-    run = start_run(runs, daemon, short_tmp, "mlp", "--cores", "0", "--steps", "1000000")
-    [proc] = ranks_attached(daemon, run, 1)
+    daemon, run, proc = trainer
     # hold the trainer still so that another process takes its core first
     run.proc.send_signal(signal.SIGSTOP)
     try:
@@ -169,12 +177,6 @@ def test_model_scale_ranks_register_again_with_a_restarted_daemon(daemon_factory
 PROMETHEUS = shutil.which("prometheus")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def prom_get(port: int, path: str, **params: object) -> dict:
     url = f"http://127.0.0.1:{port}/api/v1/{path}?" + urllib.parse.urlencode(params)
     with urllib.request.urlopen(url, timeout=10) as resp:
@@ -196,10 +198,10 @@ def prom_now(port: int, expr: str) -> float | None:
 
 
 @pytest.mark.skipif(PROMETHEUS is None, reason="Debian package 'prometheus' not installed")
-def test_exporter_counters_across_a_daemon_restart_in_prometheus(daemon_factory, short_tmp: Path, runs) -> None:  # type: ignore[no-untyped-def]
-    daemon = daemon_factory("trn1.2xlarge")
-    trainer = start_run(runs, daemon, short_tmp, "mlp", "--cores", "0", "--steps", "1000000")
-    [proc] = ranks_attached(daemon, trainer, 1)
+def test_exporter_counters_across_a_daemon_restart_in_prometheus(
+    trainer: Trainer, daemon_factory: DaemonFactory, short_tmp: Path, runs: list[Run]
+) -> None:
+    daemon, _, proc = trainer
     pid = proc["pid"]
     exporter_port, prom_port = free_port(), free_port()
     exporter = [str(BIN / "neuron-exporter"), "--port", str(exporter_port), "--interval", "1", "--per-process"]

@@ -10,8 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.support import BIN, wait_until
-from tests.test_daemon import free_port
+from tests.support import BIN, free_port, wait_until
 
 TMUX = shutil.which("tmux")
 pytestmark = pytest.mark.skipif(TMUX is None, reason="tmux not installed")
@@ -36,15 +35,22 @@ def demo_processes() -> list[psutil.Process]:
     return found
 
 
-def test_demo_runs_everything_and_q_stops_it(short_tmp: Path) -> None:
+def demo_in_tmux(tmp: Path, port: int, then: str = "") -> str:
+    """``neuron-emulator demo`` (trn1.2xlarge, mlp, the exporter on ``port``) in a new detached
+    120x40 tmux terminal, followed by the shell commands ``then``; the session's name."""
     session = f"nt-demo-{time.monotonic_ns()}"
-    port = free_port()
-    done = short_tmp / "exit"
     command = (
-        f"PATH={BIN}:$PATH NEURON_COMPILE_CACHE_URL={short_tmp / 'cache'} neuron-emulator demo "
-        f"--instance-type trn1.2xlarge --workload mlp --exporter-port {port}; echo $? > {done}; sleep 60"
+        f"PATH={BIN}:$PATH NEURON_COMPILE_CACHE_URL={tmp / 'cache'} neuron-emulator demo "
+        f"--instance-type trn1.2xlarge --workload mlp --exporter-port {port}{then}"
     )
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40", command], check=True)
+    return session
+
+
+def test_demo_runs_everything_and_q_stops_it(short_tmp: Path) -> None:
+    port = free_port()
+    done = short_tmp / "exit"
+    session = demo_in_tmux(short_tmp, port, then=f"; echo $? > {done}; sleep 60")
     try:
         assert wait_until(lambda: "mlp" in pane(session), timeout=90, interval=0.5), pane(session)
         # the model-scale job beside it: one replaying rank on core 0 (BERT-Large, DP1)
@@ -68,12 +74,7 @@ def test_demo_runs_everything_and_q_stops_it(short_tmp: Path) -> None:
 
 def test_closing_the_terminal_stops_the_demo_too(short_tmp: Path) -> None:
     """SIGHUP (the terminal went away) must not orphan the daemon, the jobs or the exporter."""
-    session = f"nt-demo-{time.monotonic_ns()}"
-    command = (
-        f"PATH={BIN}:$PATH NEURON_COMPILE_CACHE_URL={short_tmp / 'cache'} neuron-emulator demo "
-        f"--instance-type trn1.2xlarge --workload mlp --exporter-port {free_port()}"
-    )
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40", command], check=True)
+    session = demo_in_tmux(short_tmp, free_port())
     try:
         assert wait_until(lambda: "mlp" in pane(session), timeout=90, interval=0.5), pane(session)
         assert wait_until(lambda: len(demo_processes()) >= 4, timeout=60), demo_processes()

@@ -16,7 +16,6 @@ import os
 import queue
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from neurontools.monitor.config import parse_config
 from neurontools.report.builder import build_report
 from neurontools.report.schema import APP_GROUPS
 from tests.snapshots import parsed, recorded
+from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -625,14 +625,8 @@ def test_cli_sigint_while_reading_exits_0_quietly(exporters: list[Exporter]) -> 
     assert exp.err_lines == []
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_cli_explicit_port_and_port_in_use(exporters: list[Exporter]) -> None:
-    port = _free_port()
+    port = free_port()
     exp = start(exporters, "-p", str(port), "--bind", "127.0.0.1")
     assert exp.port == port
     second = Exporter("-p", str(port), "--bind", "127.0.0.1")

@@ -11,39 +11,33 @@ import signal
 import subprocess
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.fuzz_inputs import (
-    base_reports,
-    full_config,
-    fuzz_cc_flags,
-    fuzz_cli_argv,
-    fuzz_compat_pump,
-    fuzz_core_env,
-    fuzz_monitor_config,
-    fuzz_report_stream,
-)
+from tests.fuzz_inputs import CI_FUZZERS, base_reports, full_config, fuzz_report_stream
 from tests.fuzz_support import FuzzStats
 from tests.support import BIN, one_clear_line, run_tool, tool_env, wait_until
 
 
-def _clean(stats: FuzzStats, minimum: int) -> None:
+def fuzzed_cleanly(target: str, **options: Any) -> Any:
+    """The fuzzer ``target`` of ``CI_FUZZERS`` run on its CI count of generated inputs: no failure,
+    at least that many inputs tried; returns what the fuzzer returns."""
+    fuzz, examples = CI_FUZZERS[target]
+    stats = FuzzStats()
+    result = fuzz(stats, examples, **options)
     print(stats.summary())
     assert not stats.failures, "\n".join(stats.failures[:10])
-    assert stats.total >= minimum
+    assert stats.total >= examples
+    return result
 
 
 def test_monitor_config_files_parse_or_say_why_in_one_line() -> None:
-    stats = FuzzStats()
-    fuzz_monitor_config(stats, 300)
-    _clean(stats, 300)
+    fuzzed_cleanly("neuron-monitor config")
 
 
 def test_report_streams_skip_bad_lines_and_map_the_rest() -> None:
-    stats = FuzzStats()
-    samples = fuzz_report_stream(stats, 150)
-    _clean(stats, 150)
+    samples = fuzzed_cleanly("NDJSON: neuron-top --source -")
     assert len(samples) > 100
 
 
@@ -79,9 +73,7 @@ def test_neuron_top_renders_whatever_a_stream_maps_to() -> None:
 
 
 def test_neuron_monitor_prometheus_skips_bad_lines_one_line_each() -> None:
-    stats = FuzzStats()
-    fuzz_compat_pump(stats, 150)
-    _clean(stats, 150)
+    fuzzed_cleanly("NDJSON: neuron-monitor-prometheus")
 
 
 def test_lines_over_the_limit_are_skipped_without_being_held_whole() -> None:
@@ -124,15 +116,11 @@ def test_labels_a_utf8_page_cannot_carry_are_replaced() -> None:
 
 
 def test_core_selection_environment_gives_only_the_documented_errors() -> None:
-    stats = FuzzStats()
-    fuzz_core_env(stats, 400)
-    _clean(stats, 400)
+    fuzzed_cleanly("core selection environment")
 
 
 def test_neuron_cc_flags_give_only_the_documented_errors() -> None:
-    stats = FuzzStats()
-    fuzz_cc_flags(stats, 300)
-    _clean(stats, 300)
+    fuzzed_cleanly("NEURON_CC_FLAGS")
 
 
 @pytest.mark.parametrize(
@@ -140,9 +128,7 @@ def test_neuron_cc_flags_give_only_the_documented_errors() -> None:
     ["neuron-ls", "neuron-top", "neuron-monitor", "neuron-exporter", "neuron-monitor-prometheus", "neuron-emulator"],
 )
 def test_generated_command_lines_exit_cleanly_with_one_line(tool: str) -> None:
-    stats = FuzzStats()
-    fuzz_cli_argv(stats, 120, tools=[tool])
-    _clean(stats, 120)
+    fuzzed_cleanly("command lines", tools=[tool])
 
 
 # -- the real commands, a few times each ---------------------------------------------------------------

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ import psutil
 import pytest
 
 from tests.lifecycle_support import Run, alive, all_gone, kill_all, ranks_attached, run_env, start_run
-from tests.support import BIN, Daemon, wait_until
+from tests.support import BIN, Daemon, free_port, wait_until
 
 
 @pytest.fixture
@@ -93,12 +92,6 @@ def test_a_rank_killed_under_torchrun_ends_the_run_with_one_line(daemon: Daemon,
 
 
 # -- a rank whose peer is gone: the two ranks started by hand, as torchrun would -------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_ranks(daemon: Daemon, tmp: Path, runs: list[Run], timeout_s: str) -> list[Run]:
     port = str(free_port())
     ranks = []

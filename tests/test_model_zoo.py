@@ -10,6 +10,7 @@ import dataclasses
 import time
 from collections import Counter
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -377,6 +378,25 @@ def cpu_stage(spec: ModelSpec, state: dict[str, torch.Tensor] | None = None, **p
     return module
 
 
+class Reference(NamedTuple):
+    """One training step of a whole tiny model on the CPU (tp = pp = 1): what split stages must match."""
+
+    spec: ModelSpec
+    module: StageModule  # its parameters hold their gradients
+    inputs: tuple[torch.Tensor, ...]
+    loss: torch.Tensor
+    state: dict[str, torch.Tensor]  # the weights, for the split stages to load
+
+
+def reference_step(kind: str) -> Reference:
+    spec = TINY[kind]
+    full = cpu_stage(spec)
+    inputs = cpu_inputs(spec, full)
+    loss = full(*inputs)
+    loss.backward()
+    return Reference(spec, full, inputs, loss, full.state_dict())
+
+
 def test_tiny_gpt_matches_the_real_math_gpt() -> None:
     spec = TINY["gpt"]
     stage = cpu_stage(spec)
@@ -449,12 +469,7 @@ def test_llama3_rope_scaling_keeps_high_frequencies_and_divides_low_ones() -> No
 
 @pytest.mark.parametrize("kind", sorted(TINY))
 def test_pipeline_split_computes_the_same_loss_and_gradients(kind: str) -> None:
-    spec = TINY[kind]
-    full = cpu_stage(spec)
-    inputs = cpu_inputs(spec, full)
-    loss = full(*inputs)
-    loss.backward()
-    state = full.state_dict()
+    spec, full, inputs, loss, state = reference_step(kind)
     first = cpu_stage(spec, state, pp=2, pp_rank=0)
     last = cpu_stage(spec, state, pp=2, pp_rank=1)
     n_first = len(first.input_names)
@@ -495,12 +510,7 @@ def _shard(spec: ModelSpec, name: str, full: torch.Tensor, local: torch.Tensor, 
 
 @pytest.mark.parametrize("kind", sorted(TINY))
 def test_tensor_parallel_ranks_compute_the_same_loss_as_one(kind: str) -> None:
-    spec = TINY[kind]
-    full = cpu_stage(spec)
-    inputs = cpu_inputs(spec, full)
-    loss = full(*inputs)
-    loss.backward()
-    state = full.state_dict()
+    spec, full, inputs, loss, state = reference_step(kind)
     full_grads = {n: p.grad for n, p in full.named_parameters()}
     tp = 2
     threaded = ThreadedAllReduce(tp)

@@ -68,7 +68,7 @@ def test_neuron_top_grid_and_engine_table_agree_when_a_core_changes_owner() -> N
     source.read()
     sample = source.read()
     grid, _ = core_utilizations(sample, None, 2)
-    assert grid[0] == pytest.approx(10.0)
+    assert grid[0] == pytest.approx(0.1)
     assert sample.engines is not None
     for name, share in ENGINE_SHARE.items():
         assert sample.engines[0][name] == pytest.approx(grid[0] * share)

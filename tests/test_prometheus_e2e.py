@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from tests.monitor_configs import monitor_config
-from tests.support import BIN, HELPERS, start_daemon, tool_env, wait_until
+from tests.support import BIN, HELPERS, free_port, start_daemon, tool_env, wait_until
 
 ROOT = Path(__file__).parent.parent
 DASHBOARDS = ROOT / "dashboards"
@@ -40,12 +39,6 @@ PROMETHEUS = shutil.which("prometheus")
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="Debian package 'prometheus' not installed")
 
 MONITOR_CONFIG = monitor_config("1s")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Stack:

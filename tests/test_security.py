@@ -11,7 +11,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -30,6 +29,8 @@ from tests.support import (
     BIN,
     Daemon,
     Holder,
+    execution_report,
+    free_port,
     one_clear_line,
     run_tool,
     start_daemon,
@@ -44,10 +45,10 @@ IS_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root: acts as another user (uid nobody) or chowns")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def tcp_daemon(tmp: Path) -> tuple[Daemon, int]:
+    """A daemon on 127.0.0.1 at a free port: (it, the port)."""
+    port = free_port()
+    return start_daemon(tmp, address=f"http://127.0.0.1:{port}"), port
 
 
 def mode(path: Path | str) -> int:
@@ -281,8 +282,8 @@ def test_a_process_may_attach_and_report_only_for_itself(daemon: Daemon, short_t
         for path, body in [
             ("/processes", {"pid": sleeper.pid, "command": "sleep 30"}),
             ("/processes", {"pid": holder.pid, "command": "impostor", "kind": "tool"}),
-            (f"/processes/{holder.pid}/executions", _execution()),
-            (f"/processes/{holder.pid}/executions/batch", {"executions": [_execution()]}),
+            (f"/processes/{holder.pid}/executions", execution_report()),
+            (f"/processes/{holder.pid}/executions/batch", {"executions": [execution_report()]}),
         ]:
             with pytest.raises(DaemonError) as err:
                 daemon.client.post(path, body)
@@ -312,7 +313,7 @@ def test_another_user_in_the_socket_group_may_change_only_itself(group_dir: Path
                 ("GET", "/v1/status", None),
                 ("POST", "/v1/processes", {"pid": holder.pid, "command": "impostor", "kind": "tool"}),
                 ("DELETE", f"/v1/processes/{holder.pid}", None),
-                ("POST", f"/v1/processes/{holder.pid}/executions", _execution()),
+                ("POST", f"/v1/processes/{holder.pid}/executions", execution_report()),
                 ("POST", "/v1/faults/ecc", ecc),
                 ("POST", "/v1/processes", {"pid": "$PID", "command": "neuron-ls", "kind": "tool"}),
                 ("DELETE", "/v1/processes/$PID", None),
@@ -344,9 +345,8 @@ def test_another_user_cannot_connect_to_a_0600_socket(group_dir: Path) -> None:
 
 
 def test_tcp_binds_loopback_and_changes_need_the_token(tcp_env: Path, holders) -> None:
-    port = free_port()
-    address = f"http://127.0.0.1:{port}"
-    daemon = start_daemon(tcp_env, address=address)
+    daemon, port = tcp_daemon(tcp_env)
+    address = daemon.address
     token_file = Path(token_path(port))
     try:
         assert token_file.parent == tcp_env
@@ -446,9 +446,8 @@ def test_bind_all_interfaces_serves_local_clients_over_loopback(tcp_env: Path) -
 
 
 def test_training_and_tools_work_over_tcp(tcp_env: Path, holders) -> None:
-    port = free_port()
-    address = f"http://127.0.0.1:{port}"
-    daemon = start_daemon(tcp_env, address=address)
+    daemon, _ = tcp_daemon(tcp_env)
+    address = daemon.address
     try:
         run = subprocess.run(
             [str(BIN / "neuron-emulator"), "run", "gpt-tiny", "--steps", "2"],
@@ -499,9 +498,8 @@ def test_training_and_tools_work_over_tcp(tcp_env: Path, holders) -> None:
 
 
 def test_exporter_answers_405_to_every_change(tcp_env: Path, exporters) -> None:
-    port = free_port()
-    address = f"http://127.0.0.1:{port}"
-    daemon = start_daemon(tcp_env, address=address)
+    daemon, _ = tcp_daemon(tcp_env)
+    address = daemon.address
     try:
         exporter = start_exporter(address)
         exporters.append(exporter)
@@ -529,23 +527,3 @@ def exporters() -> Iterator[list]:
         if exporter.proc.poll() is None:
             exporter.proc.kill()
         exporter.proc.wait(timeout=15)
-
-
-def _execution() -> dict[str, object]:
-    """A well-formed execution report (the access check comes before what it says is checked)."""
-    from neurontools.report.schema import CORE_MEMORY_KEYS
-
-    return {
-        "core": 0,
-        "start": 0.0,
-        "device_seconds": 0.001,
-        "compute_seconds": 0.001,
-        "total_latency": 0.001,
-        "flops": 1000,
-        "engines": {},
-        "outcome": "completed",
-        "model": {"model_id": 10001, "uuid": "u", "name": "m", "code_bytes": 0},
-        "compile_cache": {"hits": 1, "misses": 0},
-        "collectives": [],
-        "memory": {"core": dict.fromkeys(CORE_MEMORY_KEYS, 0), "peak": 0},
-    }

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from neurontools.report.snapshot import LoadedModel
+from neurontools.report.snapshot_models import LoadedModel
 from neurontools.sources.address import DaemonAddress
 from neurontools.sources.daemon_client import DaemonUnavailable
 from neurontools.sources.report_stream import ReportStream, StreamEnded
@@ -295,11 +295,12 @@ def test_number_formats_follow_the_spec() -> None:
     assert formats.fmt_bytes(34 * 1024) == "34.0KB"
     assert formats.fmt_bytes(int(20.2 * 1024 * MB)) == "20.2GB"
     assert formats.fmt_bytes(None) == "NA"
-    assert formats.fmt_percent_cell(69.89) == "[69.89%]"
+    assert formats.fmt_percent_cell(0.6989) == "[69.89%]"  # shares are shown as percent
     assert formats.fmt_percent_cell(None) == "[    NA]"
     assert formats.fmt_tflops_cell(10.004e12) == "[ 10.004TF]"
-    assert formats.fmt_cpu_pair(2.69, 3.97) == "[ 2.69%, 3.97%]"
-    assert formats.fmt_avg_percent(71.19) == "Avg: 71.19%"
+    assert formats.fmt_cpu_pair(0.0269, 0.0397) == "[ 2.69%, 3.97%]"
+    assert formats.fmt_avg_percent(0.7119) == "Avg: 71.19%"
+    assert formats.fmt_percent(0.4512) == "45.12%"
     assert formats.fmt_avg_total_tflops(9.946e12, 318.278e12) == "Avg:    9.946TF | Total:  318.278TF"
     assert formats.device_label(9) == "ND 9" and formats.device_label(10) == "ND10"
     assert formats.fmt_core_list((0, 1, 2, 3, 8, 10, 11)) == "0-3,8,10-11"
@@ -313,12 +314,12 @@ def test_spec_report_maps_to_every_section() -> None:
         "trn1.2xlarge",
         "v2",
     )
-    assert sample.system_vcpu == (14.16, 3.11)
+    assert sample.system_vcpu == (0.1416, 0.0311)  # the report's percentages as shares
     [app] = sample.apps
-    assert (app.pid, app.tag, app.cores, app.vcpu) == (4242, "4242", (0, 1), (11.84, 2.31))
+    assert (app.pid, app.tag, app.cores, app.vcpu) == (4242, "4242", (0, 1), (0.1184, 0.0231))
     assert app.steps_per_second == pytest.approx(12 / 1.000086123)
     values = core_values(sample, None, 2)
-    assert [v.utilization for v in values] == [87.42, 86.97]
+    assert [v.utilization for v in values] == [0.8742, 0.8697]
     assert [v.flops for v in values] == [41285734118912, 41072219504640]
     assert dict(host_memory(sample, None)) == {
         "Total": 2168455168,
@@ -352,11 +353,11 @@ def test_first_report_shows_na_until_a_period_has_passed() -> None:
     assert sample.system_vcpu is None and sample.engines is None
     assert dict(device_memory(sample, None))["Total"] is not None  # memory is a gauge: known at once
     later = sample_after(FakeDaemon("trn1.2xlarge", small_apps()), 2)
-    assert [round(v.utilization, 2) for v in core_values(later, None, 2)] == [
-        round(87.42 * _ramp(2), 2),
-        round(69.89 * _ramp(2), 2),
+    assert [round(v.utilization, 4) for v in core_values(later, None, 2)] == [
+        round(0.8742 * _ramp(2), 4),
+        round(0.6989 * _ramp(2), 4),
     ]
-    assert later.engines is not None and later.engines[0]["tensor"] == pytest.approx(87.42 * _ramp(2) * 0.5)
+    assert later.engines is not None and later.engines[0]["tensor"] == pytest.approx(0.8742 * _ramp(2) * 0.5)
     assert later.app(4242).compile_hits == 40 and later.app(4242).steps_per_second == pytest.approx(12)
 
 
@@ -369,7 +370,7 @@ def test_report_stream_reads_ndjson_and_skips_bad_lines() -> None:
     sampler = Sampler(StreamSource(stream, VERSION), VERSION)
     samples = [sampler.next(), sampler.next()]
     assert all(s is not None and s.apps[0].pid == 4242 and s.error is None for s in samples)
-    assert [s.sequence for s in samples] == [1, 2] and samples[1].history[None, 0] == (87.42, 87.42)
+    assert [s.sequence for s in samples] == [1, 2] and samples[1].history[None, 0] == (0.8742, 0.8742)
     assert stream.bad_lines == 2
     ended = sampler.next()  # end of input: the last report stays on screen, with a banner
     assert ended is not None and ended.live and ended.apps == samples[1].apps
@@ -568,7 +569,7 @@ def test_history_view_keeps_what_rings_kept() -> None:
                 pid=pid,
                 tag=str(pid),
                 cores=(pid % 4,),
-                core_stats={pid % 4: CoreStat(utilization=float(step % 7 + pid) if step > pid else None, flops=0.0)},
+                core_stats={pid % 4: CoreStat(utilization=(step % 7 + pid) / 100 if step > pid else None, flops=0.0)},
             )
             for pid in pids
         )
@@ -606,8 +607,8 @@ def test_wide_labels_keep_columns_aligned() -> None:
 
     base = sample_after(FakeDaemon("trn1.32xlarge", big_apps()), 12)
     first = base.apps[0]
-    stats = {core: CoreStat(utilization=100.0, flops=1e12) for core in first.cores or ()}
-    sample = replace(base, apps=(replace(first, core_stats=stats, vcpu=(173.68, 24.62)), *base.apps[1:]))
+    stats = {core: CoreStat(utilization=1.0, flops=1e12) for core in first.cores or ()}
+    sample = replace(base, apps=(replace(first, core_stats=stats, vcpu=(1.7368, 0.2462)), *base.apps[1:]))
     grid, vcpu = CoreGrid(), VcpuPanel()
     for panel in (grid, vcpu):
         panel.sample, panel.state = sample, replace(panel.state, pid=first.pid)
@@ -664,7 +665,7 @@ def test_flops_and_engine_views() -> None:
             text = screen_text(app)
             assert "Engine Utilization (TensorE / VectorE / ScalarE / GpSimd / DMA)" in text
             assert "TensorE  VectorE  ScalarE   GpSimd      DMA" in text
-            busy = (0.55 + 0.025 * 3) * _ramp(3) * 100
+            busy = (0.55 + 0.025 * 3) * _ramp(3)
             row = next(line for line in text.splitlines() if line.startswith("ND1 NC1"))
             assert row.split()[2:7] == [formats.fmt_percent(busy * s).strip() for s in ENGINE_SHARE.values()]
             await pilot.press("e", "p")

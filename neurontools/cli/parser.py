@@ -4,7 +4,8 @@ tool's own exit status) instead of argparse's usage dump and exit 2."""
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn
+from collections.abc import Callable
+from typing import NoReturn, TypeVar
 
 from neurontools.cli.errors import UsageError
 
@@ -17,12 +18,33 @@ class RaisingParser(argparse.ArgumentParser):
         raise UsageError(message, prog=self.prog)
 
 
-def port_number(text: str) -> int:
-    """A TCP port, 0 (any free one) to 65535 (an argparse ``type``)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid port {text!r} (expected an integer 0-65535)") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port {value} is out of range (expected 0-65535)")
-    return value
+Number = TypeVar("Number", int, float)
+
+
+def number_in_range(
+    convert: Callable[[str], Number], low: Number, high: Number, *, invalid: str, out_of_range: str
+) -> Callable[[str], Number]:
+    """An argparse ``type``: ``convert(text)`` from ``low`` to ``high`` (so never NaN or infinite).
+    Each tool words its refusals: ``invalid`` (the text is not a number) and ``out_of_range`` are
+    ``str.format`` templates of ``text`` and ``value``."""
+
+    def parse(text: str) -> Number:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(invalid.format(text=text)) from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(out_of_range.format(text=text, value=value))
+        return value
+
+    return parse
+
+
+# A TCP port, 0 (any free one) to 65535.
+port_number = number_in_range(
+    int,
+    0,
+    65535,
+    invalid="invalid port {text!r} (expected an integer 0-65535)",
+    out_of_range="port {value} is out of range (expected 0-65535)",
+)

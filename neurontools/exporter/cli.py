@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from neurontools.cli import (
     RaisingParser,
     UsageError,
     arguments,
+    number_in_range,
     options_or_status,
     port_number,
     print_error,
@@ -75,16 +75,13 @@ class Options:
     version: bool = False
 
 
-def _interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid interval {text!r} (expected seconds, e.g. 1 or 0.5)") from None
-    if not math.isfinite(value) or not MIN_INTERVAL <= value <= MAX_INTERVAL:
-        raise argparse.ArgumentTypeError(
-            f"interval {text} is out of range (expected {MIN_INTERVAL:g} to {MAX_INTERVAL:g} seconds)"
-        )
-    return value
+_interval = number_in_range(
+    float,
+    MIN_INTERVAL,
+    MAX_INTERVAL,
+    invalid="invalid interval {text!r} (expected seconds, e.g. 1 or 0.5)",
+    out_of_range=f"interval {{text}} is out of range (expected {MIN_INTERVAL:g} to {MAX_INTERVAL:g} seconds)",
+)
 
 
 def _bind(text: str) -> str:

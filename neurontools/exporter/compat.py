@@ -53,6 +53,7 @@ from prometheus_client.registry import Collector
 
 from neurontools.report.json_values import describe, is_number, is_object
 from neurontools.report.names import CORE_MEMORY_KEYS, ECC_EVENTS
+from neurontools.report.percent import share
 
 APP = "app"  # per Neuron runtime process: instance labels + runtime_tag + the family's labels
 SYSTEM = "system"  # per host: instance labels + the family's labels
@@ -269,7 +270,7 @@ class _Batch:
 def _neuroncore_counters(batch: _Batch, data: Mapping[str, Any]) -> None:
     batch.declare("neuroncore_utilization_ratio")
     for core, values in _mapping(data["neuroncores_in_use"], "neuroncores_in_use").items():
-        ratio = _number(_mapping(values, f"core {core}")["neuroncore_utilization"]) / 100.0
+        ratio = share(_number(_mapping(values, f"core {core}")["neuroncore_utilization"]))
         batch.set("neuroncore_utilization_ratio", (_index(core),), ratio)
 
 
@@ -277,7 +278,7 @@ def _neuron_runtime_vcpu_usage(batch: _Batch, data: Mapping[str, Any]) -> None:
     batch.declare("neuron_runtime_vcpu_usage_ratio")
     usage = _mapping(data["vcpu_usage"], "vcpu_usage")
     for usage_type in ("user", "system"):
-        batch.set("neuron_runtime_vcpu_usage_ratio", (usage_type,), _number(usage[usage_type]) / 100.0)
+        batch.set("neuron_runtime_vcpu_usage_ratio", (usage_type,), share(_number(usage[usage_type])))
 
 
 def _memory_used(batch: _Batch, data: Mapping[str, Any]) -> None:
@@ -327,7 +328,7 @@ def _vcpu_usage(batch: _Batch, data: Mapping[str, Any]) -> None:
     batch.declare("system_vcpu_usage_ratio")
     for usage_type, fields in VCPU_AGGREGATES:
         total = sum(_number(average[name]) for name in fields)
-        batch.set("system_vcpu_usage_ratio", (usage_type,), min(total, 100.0) / 100.0)
+        batch.set("system_vcpu_usage_ratio", (usage_type,), share(min(total, 100.0)))
 
 
 def _memory_info(batch: _Batch, data: Mapping[str, Any]) -> None:

@@ -33,7 +33,7 @@ from neurontools.inventory import HardwareInfo, InstanceIdentity
 from neurontools.report import fields
 from neurontools.report.encoding import encode_report
 from neurontools.report.schema import CORE_MEMORY_KEYS, HW_COUNTER_KEYS
-from neurontools.report.snapshot import ProcessSnapshot
+from neurontools.report.snapshot_models import ProcessSnapshot
 
 PREFIX = "/api/v1"
 

@@ -18,7 +18,6 @@ Behaviour (docs/reference/neuron-monitor.md §Command line; choices where the re
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import math
 import sys
@@ -31,6 +30,7 @@ from neurontools.cli import (
     STOPPED,
     RaisingParser,
     arguments,
+    number_in_range,
     options_or_status,
     print_error,
     silence_stdout,
@@ -82,14 +82,13 @@ class Options:
     help: bool = False
 
 
-def _verbosity(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid value {text!r} (expected an integer 0-4)") from None
-    if not 0 <= value <= 4:
-        raise argparse.ArgumentTypeError(f"{value} is out of range (expected 0-4)")
-    return value
+_verbosity = number_in_range(
+    int,
+    0,
+    4,
+    invalid="invalid value {text!r} (expected an integer 0-4)",
+    out_of_range="{value} is out of range (expected 0-4)",
+)
 
 
 def parse_args(argv: Sequence[str]) -> Options:

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from neurontools.report.json_values import json_type_name
 from neurontools.report.monitor_config import (
     DEFAULT_PERIOD,
     MATCH_ALL,
@@ -38,7 +39,6 @@ from neurontools.report.monitor_config import (
     default_config,
 )
 from neurontools.report.schema import APP_GROUPS, RENAMED_GROUPS, SYSTEM_GROUPS
-from neurontools.report.snapshot import json_type_name
 
 MIN_PERIOD = 0.1
 

@@ -43,7 +43,7 @@ from neurontools.report.schema import (
     SYSTEM_GROUPS,
     VCPU_USAGE,
 )
-from neurontools.report.snapshot import LoadedModel, ProcessMemory, ProcessSnapshot, Snapshot
+from neurontools.report.snapshot_models import LoadedModel, ProcessMemory, ProcessSnapshot, Snapshot
 
 if TYPE_CHECKING:
     from neurontools.inventory import HardwareInfo, InstanceIdentity

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from neurontools.inventory import HardwareInfo, InstanceIdentity
+from neurontools.report.percent import percent
 from neurontools.report.period import Period, ProcessPeriod
 from neurontools.report.schema import (
     CORE_MEMORY_KEYS,
@@ -34,7 +35,7 @@ from neurontools.report.schema import (
     VCPU_FIELDS,
     VCPU_USAGE,
 )
-from neurontools.report.snapshot import LoadedModel, ProcessSnapshot, Snapshot
+from neurontools.report.snapshot_models import LoadedModel, ProcessSnapshot, Snapshot
 
 Group = dict[str, Any]
 
@@ -54,11 +55,6 @@ def go_round2(value: float) -> float:
     if abs(scaled - whole) >= 0.5:
         whole += math.copysign(1.0, scaled)
     return whole / 100
-
-
-def percent(share: float) -> float:
-    """A 0-1 share as the report's percent."""
-    return share * 100
 
 
 def percentiles(values: Iterable[float]) -> dict[str, float] | None:

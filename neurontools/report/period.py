@@ -39,7 +39,7 @@ from neurontools.report.schema import (
     PROCESS_CPU_FIELDS,
     VCPU_FIELDS,
 )
-from neurontools.report.snapshot import CoreCounters, Latency, ProcessSnapshot, Snapshot
+from neurontools.report.snapshot_models import CoreCounters, Latency, ProcessSnapshot, Snapshot
 
 LINK_TYPES = ("neuronlink", "efa")
 IDLE_VCPU_FIELD = "idle"  # the one state that is not CPU work (io_wait counts as busy, as top does)

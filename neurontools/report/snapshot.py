@@ -1,7 +1,7 @@
 """Reading the daemon snapshot (``GET /v1/snapshot``, docs/snapshot.md) into its typed models.
 
-The models are neurontools/report/snapshot_models.py (re-exported here); validation is strict
-about everything a report is computed from and names the bad key, e.g.
+The models are neurontools/report/snapshot_models.py (``Snapshot``, the whole, is re-exported
+here); validation is strict about everything a report is computed from and names the bad key, e.g.
 ``snapshot.processes[0].cores['1'].busy: expected a number, got 'x'`` (neurontools/report/validation.py).
 Unknown keys are ignored so a newer daemon can add fields.
 """
@@ -11,31 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from neurontools.report.json_values import json_type_name
-from neurontools.report.snapshot_models import (
-    CollectiveCounters,
-    Collectives,
-    CompileCache,
-    CoreCounters,
-    CoreMemoryUsage,
-    CpuTimes,
-    DeviceCounters,
-    ErrorCounts,
-    ExecutionCounts,
-    HostMemory,
-    HostMemoryUsage,
-    HostSnapshot,
-    Latency,
-    LoadedModel,
-    ProcessMemory,
-    ProcessSnapshot,
-    RuntimeProcess,
-    Snapshot,
-    Subgraph,
-    SubgraphDeviceMemory,
-    ToolProcess,
-    VcpuTimes,
-)
+from neurontools.report.snapshot_models import Snapshot
 from neurontools.report.validation import JsonValidator, SectionMemo
 
 if TYPE_CHECKING:
@@ -44,32 +20,10 @@ if TYPE_CHECKING:
 __all__ = [
     "SNAPSHOT",
     "SNAPSHOT_PATH",
-    "CollectiveCounters",
-    "Collectives",
-    "CompileCache",
-    "CoreCounters",
-    "CoreMemoryUsage",
-    "CpuTimes",
-    "DeviceCounters",
-    "ErrorCounts",
-    "ExecutionCounts",
-    "HostMemory",
-    "HostMemoryUsage",
-    "HostSnapshot",
-    "Latency",
-    "LoadedModel",
-    "ProcessMemory",
-    "ProcessSnapshot",
-    "RuntimeProcess",
     "Snapshot",
     "SnapshotError",
     "SnapshotParser",
-    "Subgraph",
-    "SubgraphDeviceMemory",
-    "ToolProcess",
-    "VcpuTimes",
     "fetch_snapshot",
-    "json_type_name",
     "snapshot_from_dict",
 ]
 

@@ -8,11 +8,10 @@ clean exit; here every bad flag or value gets one line on stderr and exit status
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from neurontools.cli import RaisingParser
+from neurontools.cli import RaisingParser, number_in_range
 
 PROG = "neuron-top"
 DEFAULT_INTERVAL = 1.0
@@ -50,14 +49,13 @@ class Options:
         return self.source == STDIN
 
 
-def _interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid value {text!r} (expected seconds, e.g. 1 or 0.5)") from None
-    if not math.isfinite(value) or not MIN_INTERVAL <= value <= MAX_INTERVAL:
-        raise argparse.ArgumentTypeError(f"{text} is out of range (expected {MIN_INTERVAL:g} to {MAX_INTERVAL:g})")
-    return value
+_interval = number_in_range(
+    float,
+    MIN_INTERVAL,
+    MAX_INTERVAL,
+    invalid="invalid value {text!r} (expected seconds, e.g. 1 or 0.5)",
+    out_of_range=f"{{text}} is out of range (expected {MIN_INTERVAL:g} to {MAX_INTERVAL:g})",
+)
 
 
 def _source(text: str) -> str:

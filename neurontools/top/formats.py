@@ -1,6 +1,11 @@
-"""Number formats of neuron-top (docs/reference/neuron-top.md §Number formats); ``None`` (no data) prints ``NA``."""
+"""Number formats of neuron-top (docs/reference/neuron-top.md §Number formats); ``None`` (no data) prints ``NA``.
+
+Shares (0-1) are given as shares and shown as percent: the screen is where percent belongs.
+"""
 
 from __future__ import annotations
+
+from neurontools.report.percent import percent
 
 NA = "NA"
 _UNITS = ("B", "KB", "MB", "GB", "TB")
@@ -19,9 +24,9 @@ def fmt_bytes(value: float | None) -> str:
     return f"{amount:.1f}{unit}"
 
 
-def fmt_percent_cell(value: float | None) -> str:
-    """Grid cell label: ``[69.89%]``, ``[ 0.00%]``; 8 columns for values below 100."""
-    return f"[{value:5.2f}%]" if value is not None else f"[{NA:>6}]"
+def fmt_percent_cell(share: float | None) -> str:
+    """Grid cell label: ``[69.89%]``, ``[ 0.00%]``; 8 columns for shares below 1."""
+    return f"[{percent(share):5.2f}%]" if share is not None else f"[{NA:>6}]"
 
 
 def fmt_tflops_cell(flops: float | None) -> str:
@@ -30,14 +35,14 @@ def fmt_tflops_cell(flops: float | None) -> str:
 
 
 def fmt_cpu_pair(user: float | None, system: float | None) -> str:
-    """vCPU label ``[ 2.69%, 3.97%]`` = ``[user%, system%]``."""
+    """vCPU label ``[ 2.69%, 3.97%]`` = ``[user%, system%]`` of the (user, system) shares."""
     if user is None or system is None:
         return f"[{NA:>6},{NA:>6}]"
-    return f"[{user:5.2f}%,{system:5.2f}%]"
+    return f"[{percent(user):5.2f}%,{percent(system):5.2f}%]"
 
 
-def fmt_avg_percent(value: float | None) -> str:
-    return f"Avg: {value:.2f}%" if value is not None else f"Avg: {NA}"
+def fmt_avg_percent(share: float | None) -> str:
+    return f"Avg: {percent(share):.2f}%" if share is not None else f"Avg: {NA}"
 
 
 def fmt_avg_total_tflops(avg: float | None, total: float | None) -> str:
@@ -49,9 +54,9 @@ def fmt_avg_total_tflops(avg: float | None, total: float | None) -> str:
     return f"Avg: {tf(avg)} | Total: {tf(total)}"
 
 
-def fmt_percent(value: float | None, width: int = 6) -> str:
-    """A plain percentage with 2 decimals (engine view): ``45.12%``."""
-    return f"{value:{width - 1}.2f}%" if value is not None else f"{NA:>{width}}"
+def fmt_percent(share: float | None, width: int = 6) -> str:
+    """A share as a plain percentage with 2 decimals (engine view): ``45.12%``."""
+    return f"{percent(share):{width - 1}.2f}%" if share is not None else f"{NA:>{width}}"
 
 
 def fmt_rate(value: float | None) -> str:

@@ -1,5 +1,8 @@
 """The immutable view model neuron-top draws from: one ``Sample`` per refresh.
 
+Utilization, engine and CPU figures are shares (0-1, like the period's): only the screen's
+number formats (``top.formats``) and bars show them as percent.
+
 Everything a source could not tell is ``None`` (shown as ``NA``): a group the report does not
 carry yet, a field only the daemon snapshot has (engines, command, compile cache) when reading
 neuron-monitor reports, every value while the source is unreachable.
@@ -23,7 +26,7 @@ HISTORY_LENGTH = 60  # samples of utilization history kept per core
 class CoreStat:
     """One NeuronCore as one process uses it over the last period."""
 
-    utilization: float | None  # percent 0-100
+    utilization: float | None  # busy share 0-1
     flops: float | None  # FLOP/s
 
 
@@ -54,7 +57,7 @@ class AppSample:
     tag: str
     cores: tuple[int, ...] | None = None  # global NeuronCores it owns; None: unknown
     core_stats: Mapping[int, CoreStat] | None = None  # None: neuroncore_counters not collected yet
-    vcpu: tuple[float, float] | None = None  # (user %, system %)
+    vcpu: tuple[float, float] | None = None  # (user, system) CPU share: 1 = one vCPU busy
     host_memory: Mapping[str, int] | None = None  # HOST_MEMORY_KEYS -> bytes; None: memory_used missing
     host_total: int | None = None
     device_total: int | None = None
@@ -81,11 +84,11 @@ class Sample:
     device_count: int | None = None
     cores_per_device: int | None = None
     device_memory_size: int | None = None  # bytes of HBM per device
-    system_vcpu: tuple[float, float] | None = None  # (user %, system %) averaged over the host's vCPUs
+    system_vcpu: tuple[float, float] | None = None  # (user, system) share averaged over the host's vCPUs
     apps: tuple[AppSample, ...] = ()
-    # engine busy percent per global core over the last period (all processes); None: source lacks it
+    # engine busy share per global core over the last period (all processes); None: source lacks it
     engines: Mapping[int, Mapping[str, float]] | None = None
-    # utilization history per (pid or None for all applications, core), oldest first; None: a gap
+    # utilization (share) history per (pid or None for all applications, core), oldest first; None: a gap
     history: Mapping[tuple[int | None, int], tuple[float | None, ...]] = field(default_factory=dict)
     error: str | None = None  # why the source cannot be read right now (shown as a banner)
     live: bool = True  # False while the source is unreachable: no current value is known

@@ -1,5 +1,7 @@
 """neuron-monitor report (docs/reference/neuron-monitor.md) -> ``Sample``, as mapped by docs/reference/neuron-top.md.
 
+The report's percentages (utilization, CPU usage) become the ``Sample``'s 0-1 shares here.
+
 Lenient by design: the report may come from a real neuron-monitor of any 2.x version. A group
 that is absent, carries an ``error``, or has a value of the wrong type leaves its figures ``None``
 (``NA`` on screen) instead of failing the whole refresh.
@@ -12,6 +14,7 @@ from functools import partial
 from typing import Any
 
 from neurontools.report.json_values import index_or_none, integer_or_none, number_or_none, object_or_none
+from neurontools.report.percent import share
 from neurontools.report.schema import (
     CORE_MEMORY_KEYS,
     EXECUTION_STATS,
@@ -40,6 +43,12 @@ _obj = object_or_none
 _num = partial(number_or_none, bound=MAX_INT)  # a finite number; None: missing, not a number, NaN, infinite, too big
 _int = partial(integer_or_none, bound=MAX_INT)
 _core_index = partial(index_or_none, max_digits=MAX_INDEX_DIGITS)
+
+
+def _share(value: Any) -> float | None:
+    """A report's percent figure as a 0-1 share; None when it is not a usable number."""
+    number = _num(value)
+    return share(number) if number is not None else None
 
 
 def _in_range(value: int | None, limit: int) -> int | None:
@@ -85,7 +94,7 @@ def _core_stats(group: Mapping[str, Any] | None) -> dict[int, CoreStat] | None:
         core = _core_index(key)
         if core is not None:
             stats[core] = CoreStat(
-                utilization=_num(_path(value, "neuroncore_utilization")), flops=_num(_path(value, "flops"))
+                utilization=_share(_path(value, "neuroncore_utilization")), flops=_num(_path(value, "flops"))
             )
     return dict(sorted(stats.items()))
 
@@ -170,7 +179,7 @@ def _steps_per_second(group: Mapping[str, Any] | None) -> float | None:
 
 
 def _cpu_pair(usage: Any) -> tuple[float, float] | None:
-    user, system = _num(_path(usage, "user")), _num(_path(usage, "system"))
+    user, system = _share(_path(usage, "user")), _share(_path(usage, "system"))
     return (user, system) if user is not None and system is not None else None
 
 

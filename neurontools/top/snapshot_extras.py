@@ -15,14 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from neurontools.report.groups import percent
 from neurontools.report.period import Period
 from neurontools.report.snapshot import Snapshot
 from neurontools.top.model import ENGINE_NAMES
 
 
-class EnginePercents(Mapping[int, Mapping[str, float]]):
-    """Busy percent of every engine of every core over a period, by the live processes, computed
+class EngineShares(Mapping[int, Mapping[str, float]]):
+    """Busy share (0-1) of every engine of every core over a period, by the live processes, computed
     on first use."""
 
     def __init__(self, period: Period) -> None:
@@ -32,7 +31,7 @@ class EnginePercents(Mapping[int, Mapping[str, float]]):
     def _computed(self) -> dict[int, dict[str, float]]:
         if self._values is None:
             self._values = {
-                core: {engine: percent(work.engine_utilization(engine)) for engine in ENGINE_NAMES}
+                core: {engine: work.engine_utilization(engine) for engine in ENGINE_NAMES}
                 for core, work in self._period.live_cores().items()
             }
         return self._values
@@ -47,9 +46,9 @@ class EnginePercents(Mapping[int, Mapping[str, float]]):
         return len(self._computed())
 
 
-def engine_percents(period: Period) -> Mapping[int, Mapping[str, float]] | None:
-    """Busy percent of every engine of every core over ``period``; None without a baseline."""
-    return EnginePercents(period) if period.base is not None else None
+def engine_shares(period: Period) -> Mapping[int, Mapping[str, float]] | None:
+    """Busy share of every engine of every core over ``period``; None without a baseline."""
+    return EngineShares(period) if period.base is not None else None
 
 
 def process_fields(cur: Snapshot) -> dict[int, dict[str, Any]]:

@@ -21,7 +21,7 @@ from neurontools.sources.report_stream import ReportStream, StreamEnded
 from neurontools.sources.tool_session import ToolSession
 from neurontools.top.model import Sample
 from neurontools.top.report_reader import ReportReader
-from neurontools.top.snapshot_extras import engine_percents, process_fields
+from neurontools.top.snapshot_extras import engine_shares, process_fields
 
 STREAM_POLL = 0.2  # seconds a stream read waits before giving the worker a chance to stop
 
@@ -73,7 +73,7 @@ class DaemonSource:
             self._register()
         period = measure(self._prev, cur)  # every figure of this sample comes from it
         sample = self.reader.read(self.builder.update(cur, period=period), process_fields(cur))
-        sample = replace(sample, engines=engine_percents(period))
+        sample = replace(sample, engines=engine_shares(period))
         self._prev = cur
         return sample
 

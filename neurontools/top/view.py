@@ -60,7 +60,7 @@ def _owned(app: AppSample, count: int) -> Collection[int] | None:
 
 def core_utilizations(sample: Sample, pid: int | None, count: int) -> tuple[list[float | None], list[float | None]]:
     """(utilization, FLOP/s) of each of the first ``count`` cores: the sum over the selected
-    applications that own it (utilization capped at 100); None when one of them has no figure for
+    applications that own it (utilization capped at 1); None when one of them has no figure for
     it, or when one of them does not say which cores it owns."""
     if not sample.live:
         return [None] * count, [None] * count
@@ -76,7 +76,7 @@ def core_utilizations(sample: Sample, pid: int | None, count: int) -> tuple[list
             u, f = util[core], flops[core]
             util[core] = u + stat.utilization if u is not None and stat and stat.utilization is not None else None
             flops[core] = f + stat.flops if f is not None and stat and stat.flops is not None else None
-    return [min(u, 100.0) if u is not None else None for u in util], flops
+    return [min(u, 1.0) if u is not None else None for u in util], flops
 
 
 def core_values(sample: Sample, pid: int | None, count: int) -> list[CoreValue]:
@@ -103,7 +103,7 @@ def total(values: Sequence[float | None]) -> float | None:
 
 
 def runtime_vcpu(sample: Sample, pid: int | None) -> tuple[float, float] | None:
-    """CPU use of the selected applications (sum of their user and system percentages)."""
+    """CPU use of the selected applications (sum of their user and system shares)."""
     apps = selected(sample, pid)
     vcpus = [app.vcpu for app in apps if app.vcpu is not None]
     if not sample.live or len(vcpus) != len(apps):

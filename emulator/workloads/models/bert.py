@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from emulator.workloads.models.layers import FeedForward, SelfAttention
+from emulator.workloads.models.layers import FeedForward, SelfAttention, init_weights, positions
 
 IGNORE_INDEX = -100  # label of positions that are not predicted
 
@@ -72,16 +72,13 @@ class BertMLM(nn.Module):
         self.ln_embed = nn.LayerNorm(cfg.hidden, eps=1e-12)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
         self.mlm = MLMHead(cfg)
-        self.apply(_init_weights)
+        self.apply(init_weights)
 
     def forward(self, ids: torch.Tensor, segment_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Token ids ``(B, T)`` -> vocabulary scores ``(B, T, vocab)`` at every position."""
-        seq = ids.shape[1]
-        if seq > self.cfg.max_seq_len:
-            raise ValueError(f"sequence length {seq} exceeds the model's maximum {self.cfg.max_seq_len}")
+        pos = positions(ids, self.cfg.max_seq_len)
         if segment_ids is None:
             segment_ids = torch.zeros_like(ids)
-        pos = torch.arange(seq, device=ids.device)
         x = self.ln_embed(self.words(ids) + self.positions(pos) + self.segments(segment_ids))
         for layer in self.layers:
             x = layer(x)
@@ -91,11 +88,3 @@ class BertMLM(nn.Module):
         """Cross-entropy over the masked positions (labels elsewhere are ``IGNORE_INDEX``)."""
         logits = self(ids)
         return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
-
-
-def _init_weights(module: nn.Module) -> None:
-    if isinstance(module, nn.Linear):
-        nn.init.normal_(module.weight, std=0.02)
-        nn.init.zeros_(module.bias)
-    elif isinstance(module, nn.Embedding):
-        nn.init.normal_(module.weight, std=0.02)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from emulator.workloads.models.layers import FeedForward, SelfAttention
+from emulator.workloads.models.layers import FeedForward, SelfAttention, init_weights, positions
 
 
 @dataclass(frozen=True)
@@ -54,14 +54,11 @@ class GPT(nn.Module):
         self.positions = nn.Embedding(cfg.max_seq_len, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
-        self.apply(_init_weights)
+        self.apply(init_weights)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Token ids ``(B, T)`` -> next-token logits ``(B, T, vocab)``."""
-        seq = ids.shape[1]
-        if seq > self.cfg.max_seq_len:
-            raise ValueError(f"sequence length {seq} exceeds the model's maximum {self.cfg.max_seq_len}")
-        pos = torch.arange(seq, device=ids.device)
+        pos = positions(ids, self.cfg.max_seq_len)
         x = self.tokens(ids) + self.positions(pos)
         for block in self.blocks:
             x = block(x)
@@ -70,11 +67,3 @@ class GPT(nn.Module):
     def loss(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         logits = self(ids)
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
-
-
-def _init_weights(module: nn.Module) -> None:
-    if isinstance(module, nn.Linear):
-        nn.init.normal_(module.weight, std=0.02)
-        nn.init.zeros_(module.bias)
-    elif isinstance(module, nn.Embedding):
-        nn.init.normal_(module.weight, std=0.02)

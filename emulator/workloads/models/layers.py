@@ -1,4 +1,4 @@
-"""Transformer building blocks shared by the GPT and BERT models.
+"""Transformer building blocks shared by the GPT and BERT models (layers, positions, initialisation).
 
 Attention is written with plain ops (projection, matmul, mask, softmax, matmul) rather than a
 fused kernel, so every op the capture layer records has a well-defined shape and FLOP count —
@@ -50,3 +50,21 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(F.gelu(self.up(x)))
+
+
+def positions(ids: torch.Tensor, max_seq_len: int) -> torch.Tensor:
+    """The position indices ``0..T-1`` of token ids ``(B, T)``; a sequence longer than the
+    model's position table (``max_seq_len``) is refused."""
+    seq = ids.shape[1]
+    if seq > max_seq_len:
+        raise ValueError(f"sequence length {seq} exceeds the model's maximum {max_seq_len}")
+    return torch.arange(seq, device=ids.device)
+
+
+def init_weights(module: nn.Module) -> None:
+    """GPT-2 and BERT initialisation (``model.apply``): weights and embeddings N(0, 0.02), biases 0."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, std=0.02)
+        nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=0.02)

@@ -51,7 +51,7 @@ class LineBuilder:
 
 
 def bar(width: int, *parts: tuple[float | None, str]) -> Text:
-    """``width`` bar characters: each (percent, style) part filled in turn, the rest grey.
+    """``width`` bar characters: each (share, style) part filled in turn (1 fills the bar), the rest grey.
 
     Unknown values fill nothing; the total is capped at the bar's width.
     """
@@ -63,10 +63,10 @@ def bar(width: int, *parts: tuple[float | None, str]) -> Text:
 def append_bar(text: Text | LineBuilder, width: int, *parts: tuple[float | None, str]) -> None:
     """``bar(width, *parts)`` appended to ``text`` (no intermediate ``Text``)."""
     used = 0
-    for percent, style in parts:
-        if percent is None or width <= 0:
+    for share, style in parts:
+        if share is None or width <= 0:
             continue
-        cells = min(round(max(percent, 0.0) / 100 * width), width - used)
+        cells = min(round(max(share, 0.0) * width), width - used)
         if cells > 0:
             text.append(BAR_CHAR * cells, style)
             used += cells
@@ -74,7 +74,7 @@ def append_bar(text: Text | LineBuilder, width: int, *parts: tuple[float | None,
 
 
 def sparkline(values: Sequence[float | None], width: int) -> Text:
-    """The last ``width`` values (percent 0-100) as block characters, right-aligned; a gap
+    """The last ``width`` values (shares 0-1) as block characters, right-aligned; a gap
     (``None``: nothing known then) is a blank."""
     shown = list(values)[-width:] if width > 0 else []
     text = Text(" " * (width - len(shown)))
@@ -83,7 +83,7 @@ def sparkline(values: Sequence[float | None], width: int) -> Text:
         if value is None:
             text.append(" ")
             continue
-        level = min(max(math.ceil(value / 100 * top), 0), top) if value > 0 else 0
+        level = min(max(math.ceil(value * top), 0), top) if value > 0 else 0
         text.append(SPARK_CHARS[level], FILLED)
     return text
 

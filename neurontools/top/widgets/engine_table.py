@@ -1,4 +1,4 @@
-"""Per-engine view (key ``e``): busy percent of TensorE, VectorE, ScalarE, GpSimd and DMA per core.
+"""Per-engine view (key ``e``): busy share, shown as percent, of TensorE, VectorE, ScalarE, GpSimd and DMA per core.
 
 Engine busy times exist only in the daemon snapshot: with neuron-monitor reports as the source
 every value is ``NA``. In a process tab, cores the process does not own show 0, like the grid.

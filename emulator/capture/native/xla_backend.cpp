@@ -15,6 +15,7 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -63,18 +64,19 @@ struct Hold {
   c10::Storage storage;
   c10::DataPtr data;
   int64_t nbytes;
-  c10::ScalarType dtype = c10::ScalarType::Undefined;  // of the first tensor made on it
-  // written by an op since the last numerical-error check: an output of the execution
-  std::atomic<bool> written{false};
+  // The bytes [lo, hi) that ops wrote since the last numerical-error check: the extent of the
+  // execution's outputs on this storage (lo >= hi: none). Not the whole storage: a host
+  // kernel's scalar result may sit in a larger buffer whose other bytes nothing ever wrote.
+  int64_t lo = 0, hi = 0;
+  c10::ScalarType written_dtype = c10::ScalarType::Undefined;
 };
 
 // the live device storages, for the numerical-error check of an execution (non_finite)
 std::mutex g_holds_mutex;
 std::unordered_set<Hold*> g_holds;
 
-Hold* new_hold(c10::Storage storage, c10::DataPtr data, int64_t nbytes, c10::ScalarType dtype) {
-  auto* hold = new Hold{std::move(storage), std::move(data), nbytes, dtype};
-  hold->written.store(true, std::memory_order_relaxed);
+Hold* new_hold(c10::Storage storage, c10::DataPtr data, int64_t nbytes) {
+  auto* hold = new Hold{std::move(storage), std::move(data), nbytes};
   count_alloc(nbytes);
   std::lock_guard<std::mutex> lock(g_holds_mutex);
   g_holds.insert(hold);
@@ -91,15 +93,25 @@ void release(void* ctx) {
   delete hold;
 }
 
+// Op threads write, the execution's check reads: both under g_holds_mutex.
 void mark_written(const at::Tensor& t) {
-  if (!t.defined() || !t.has_storage()) return;
+  if (!t.defined() || !t.has_storage() || t.numel() == 0) return;
   const c10::DataPtr& ptr = t.storage().data_ptr();
-  if (ptr.get_deleter() == &release) static_cast<Hold*>(ptr.get_context())->written.store(true, std::memory_order_relaxed);
-}
-
-void set_dtype(const at::Tensor& t) {
-  if (t.storage().data_ptr().get_deleter() == &release)
-    static_cast<Hold*>(t.storage().data_ptr().get_context())->dtype = t.scalar_type();
+  if (ptr.get_deleter() != &release) return;
+  auto* hold = static_cast<Hold*>(ptr.get_context());
+  const int64_t item = static_cast<int64_t>(t.itemsize());
+  const int64_t lo = t.storage_offset() * item;
+  const int64_t hi = static_cast<int64_t>(
+      at::detail::computeStorageNbytes(t.sizes(), t.strides(), item, t.storage_offset()));
+  std::lock_guard<std::mutex> lock(g_holds_mutex);
+  if (hold->lo >= hold->hi) {
+    hold->lo = lo;
+    hold->hi = hi;
+  } else {
+    hold->lo = std::min(hold->lo, lo);
+    hold->hi = std::max(hold->hi, hi);
+  }
+  hold->written_dtype = t.scalar_type();
 }
 
 [[noreturn]] void out_of_memory(int64_t nbytes);
@@ -113,8 +125,8 @@ struct DeviceAllocator final : c10::Allocator {
     check_room(static_cast<int64_t>(n));
     c10::DataPtr host = c10::GetAllocator(c10::DeviceType::CPU)->allocate(n);
     void* ptr = host.get();
-    Hold* hold = new_hold(c10::Storage(), std::move(host), static_cast<int64_t>(n), c10::ScalarType::Undefined);
-    hold->written.store(false, std::memory_order_relaxed);  // uninitialised until an op writes it
+    // uninitialised until an op writes it (mark_written)
+    Hold* hold = new_hold(c10::Storage(), std::move(host), static_cast<int64_t>(n));
     return c10::DataPtr(ptr, hold, &release, kDevice);
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
@@ -153,7 +165,7 @@ at::Tensor adopt(const at::Tensor& host) {
   int64_t n = static_cast<int64_t>(st.nbytes());
   check_room(n);
   void* data = st.mutable_data();
-  Hold* hold = new_hold(st, c10::DataPtr(), n, host.scalar_type());
+  Hold* hold = new_hold(st, c10::DataPtr(), n);
   c10::Storage dev(c10::Storage::use_byte_size_t(), st.nbytes(),
                    c10::DataPtr(data, hold, &release, kDevice), &g_allocator, true);
   return device_tensor(std::move(dev), host.dtype(), host.sizes(), host.strides(), host.storage_offset());
@@ -294,7 +306,7 @@ void sync_written(const Unwrapped& u) {
       int64_t n = static_cast<int64_t>(host.nbytes());
       check_room(n);
       void* data = host.mutable_data();
-      Hold* hold = new_hold(host, c10::DataPtr(), n, alias.scalar_type());
+      Hold* hold = new_hold(host, c10::DataPtr(), n);
       c10::StorageImpl* storage = dev.storage().unsafeGetStorageImpl();  // views see it too
       storage->set_data_ptr_noswap(c10::DataPtr(data, hold, &release, kDevice));
       storage->set_nbytes(host.nbytes());
@@ -423,7 +435,6 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarTy
   auto st = dtype.value_or(at::get_default_dtype_as_scalartype());
   at::Tensor t = at::detail::empty_generic(size, &g_allocator, c10::DispatchKeySet(c10::DispatchKey::XLA), st,
                                            memory_format);
-  set_dtype(t);
   return t;
 }
 
@@ -432,7 +443,6 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
   auto st = dtype.value_or(at::get_default_dtype_as_scalartype());
   at::Tensor t = at::detail::empty_strided_generic(size, stride, &g_allocator,
                                                    c10::DispatchKeySet(c10::DispatchKey::XLA), st);
-  set_dtype(t);
   return t;
 }
 
@@ -493,18 +503,21 @@ pybind11::tuple sigs_to_py(const std::vector<TensorSig>& sigs) {
   return out;
 }
 
-// Whether a floating-point device storage written since the last check (an output of the
-// execution) holds a NaN or an infinity: what the runtime reports as a numerical error.
+// Whether the floating-point values ops wrote since the last check (the execution's outputs)
+// hold a NaN or an infinity: what the runtime reports as a numerical error.
 bool non_finite() {
   std::lock_guard<std::mutex> lock(g_holds_mutex);
   bool found = false;
   for (Hold* hold : g_holds) {
-    if (!hold->written.exchange(false, std::memory_order_relaxed) || found) continue;
-    if (hold->dtype == c10::ScalarType::Undefined || !c10::isFloatingType(hold->dtype)) continue;
-    int64_t n = hold->nbytes / static_cast<int64_t>(c10::elementSize(hold->dtype));
-    if (n == 0) continue;
-    void* data = hold->data.get() != nullptr ? hold->data.get() : hold->storage.mutable_data();
-    at::Tensor t = at::from_blob(data, {n}, at::TensorOptions().dtype(hold->dtype).device(kHost));
+    const int64_t lo = hold->lo, hi = std::min(hold->hi, hold->nbytes);
+    const c10::ScalarType dtype = hold->written_dtype;
+    hold->lo = hold->hi = 0;
+    if (found || lo >= hi || dtype == c10::ScalarType::Undefined || !c10::isFloatingType(dtype)) continue;
+    const int64_t item = static_cast<int64_t>(c10::elementSize(dtype));
+    const int64_t first = lo / item, n = hi / item - first;
+    if (n <= 0) continue;
+    auto* data = static_cast<char*>(hold->data.get() != nullptr ? hold->data.get() : hold->storage.mutable_data());
+    at::Tensor t = at::from_blob(data + first * item, {n}, at::TensorOptions().dtype(dtype).device(kHost));
     if (!at::isfinite(t).all().item<bool>()) found = true;
   }
   return found;

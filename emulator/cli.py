@@ -105,6 +105,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from emulator.workloads.cli import add_subcommands
 
     workload_handlers = add_subcommands(sub)
+    from emulator.cluster.cli import add_cluster_command
+
+    workload_handlers.update(add_cluster_command(sub))  # `cluster up|status|down` (docs/cluster.md)
 
     for name, text in (
         ("down", "stop the daemon"),

@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -28,7 +29,7 @@ from neurontools.exporter.fields import FAMILIES, LATENCY_BUCKETS, PER_PROCESS_F
 from neurontools.exporter.history import History
 from neurontools.exporter.rest import HISTORY_METRICS
 from neurontools.report.snapshot import Snapshot
-from tests.snapshots import parsed, recorded
+from tests.snapshots import later, parsed, recorded
 from tests.support import one_clear_line, run_tool, tool_env, wait_until
 from tests.test_training_e2e import read_until_done, train
 
@@ -483,3 +484,48 @@ def test_history_ring_is_bounded_and_ordered() -> None:
     prev, cur = _fixture("trn1_2xlarge_train_prev"), _fixture("trn1_2xlarge_train_cur")
     assert {name for name, _ in history_values(prev, cur)} == set(HISTORY_METRICS)
     assert all(math.isfinite(v) for v in history_values(prev, cur).values())
+
+
+# -- rendering at scrape time (many exporters in one process: neuron-emulator cluster) -------------
+
+
+class _Snapshots:
+    """A daemon that answers two recorded snapshots in turn (and no inventory)."""
+
+    def __init__(self) -> None:
+        first = recorded("trn1_2xlarge_train_prev")
+        self.answers = [first, later(first, 1.0, busy={0: 0.5})]
+
+    def get(self, path: str) -> Any:
+        from neurontools.sources.daemon_client import DaemonError
+
+        if path.startswith("/snapshot"):
+            return self.answers.pop(0)
+        raise DaemonError(404, {"error": "not found"})
+
+
+def test_exposition_on_scrape_renders_once_per_collection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from neurontools.exporter import app as exporter_app
+    from neurontools.exporter.collector import Collector, CompatFeed
+
+    collector = Collector(_Snapshots(), 1.0, compat=CompatFeed.load())
+    exposition = exporter_app.Exposition(collector, per_process=False, on_scrape=True)
+    assert collector.on_collected is None  # nothing rendered on the collection thread
+    renders: list[object] = []
+    real = exporter_app.generate_latest
+    monkeypatch.setattr(exporter_app, "generate_latest", lambda registry: renders.append(registry) or real(registry))
+
+    def busy(text: bytes) -> float:
+        for family in text_string_to_metric_families(text.decode()):
+            for s in family.samples:
+                if s.name == "neuroncore_busy_seconds_total" and s.labels["neuroncore"] == "0":
+                    return float(s.value)
+        raise AssertionError("no neuroncore_busy_seconds_total for core 0")
+
+    collector.collect_once()
+    first = exposition.scrape()
+    assert busy(exposition.scrape()) == busy(first)
+    assert renders.count(exposition.neuron) == 1  # two scrapes, one collection: rendered once
+    collector.collect_once()
+    assert busy(exposition.scrape()) == pytest.approx(busy(first) + 0.5)
+    assert renders.count(exposition.neuron) == 2

@@ -40,9 +40,14 @@ _CLI_NAMES = frozenset({"main", "parse_args", "Options", "UsageError", "USAGE"})
 
 class Exposition:
     """The Neuron families are rendered once per collection, on the collection thread; a scrape
-    sends those bytes plus prometheus_client's small process/platform/GC families."""
+    sends those bytes plus prometheus_client's small process/platform/GC families.
 
-    def __init__(self, collector: Collector, *, per_process: bool) -> None:
+    ``on_scrape``: render at the first scrape after a collection instead (under the collector's
+    ``publish_lock``, so all families still come from one collection). Rendering is most of a
+    collection's CPU time; many exporters in one process (``neuron-emulator cluster``) that are
+    scraped every 15 s then render once per scrape, not once per collection."""
+
+    def __init__(self, collector: Collector, *, per_process: bool, on_scrape: bool = False) -> None:
         self.defaults = CollectorRegistry()
         for default in (ProcessCollector, PlatformCollector, GCCollector):
             default(registry=self.defaults)
@@ -50,14 +55,28 @@ class Exposition:
         if collector.compat.enabled:
             self.neuron.register(collector.compat)
         self.neuron.register(ExtendedCollector(lambda: collector.state, per_process=per_process))
+        self.collector = collector
+        self.on_scrape = on_scrape
+        self._rendered_state = collector.state
         self._rendered = generate_latest(self.neuron)
-        collector.on_collected = self.render
+        if not on_scrape:
+            collector.on_collected = self.render
 
     def render(self) -> None:
         self._rendered = generate_latest(self.neuron)
 
+    def _neuron_families(self) -> bytes:
+        if not self.on_scrape:
+            return self._rendered
+        with self.collector.publish_lock:
+            state = self.collector.state
+            if state is not self._rendered_state:
+                self._rendered = generate_latest(self.neuron)
+                self._rendered_state = state
+            return self._rendered
+
     def scrape(self) -> bytes:
-        return generate_latest(self.defaults) + self._rendered
+        return generate_latest(self.defaults) + self._neuron_families()
 
 
 def create_app(collector: Collector, exposition: Exposition, *, session: ToolSession | None = None) -> FastAPI:

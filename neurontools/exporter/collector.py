@@ -142,6 +142,9 @@ class Collector:
         self.clock = clock
         self.wall = wall
         self.state = CollectedState(interval)
+        # held while a collection publishes its state and report: a scrape that renders under it
+        # sees every family from the same collection
+        self.publish_lock = threading.Lock()
         self._acc = Accumulator()
         self._builder = ReportBuilder(every_group_config(interval))
         self._history_base: Snapshot | None = None
@@ -203,12 +206,11 @@ class Collector:
         period = measure(prev, cur)  # the collection's figures, derived once, read by every output
         totals = self._acc.add(prev, cur, period)
         report = self._builder.update(cur, period=period)
-        self.compat.update(report)
         inventory = old.inventory if old.source_up and old.inventory is not None else self._inventory(old)
         self._record_history(period)
         if self._check_registration:
             self._register()
-        self.state = CollectedState(
+        state = CollectedState(
             interval=self.interval,
             snapshot=cur,
             previous=prev,
@@ -222,7 +224,10 @@ class Collector:
             last_success=self.wall(),
             attempts=old.attempts + 1,
         )
-        return self.state
+        with self.publish_lock:  # the compatible families and the state change together
+            self.compat.update(report)
+            self.state = state
+        return state
 
     def _inventory(self, old: CollectedState) -> Inventory | None:
         """Device details (PCI address, NUMA, links): read after each (re)connection."""

@@ -1,0 +1,399 @@
+"""``neuron-emulator cluster up|status|down``: an emulated fleet of Trn1 nodes (docs/cluster.md).
+
+    neuron-emulator cluster up --nodes N [--instance-type T] [--detach] [--exporter-port-base P] ...
+    neuron-emulator cluster status [--json]
+    neuron-emulator cluster down
+
+Errors as the rest of ``neuron-emulator``: one line on stderr; exit 2 for a flag that cannot be
+used, 1 for anything else (a cluster already running, none running, a start that failed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from emulator.cluster.layout import Layout
+from emulator.cluster.nodes import (
+    DEFAULT_INSTANCE_TYPE,
+    DEFAULT_PLACEMENT_GROUP,
+    MAX_NODES,
+    MIN_NODES,
+    NodeSpec,
+    Shared,
+    plan_nodes,
+    shared_identity,
+)
+from emulator.cluster.state import ClusterState, StateError, read_state, remove_files
+from emulator.cluster.status import cluster_status, daemon_status, exporter_ready, render_table
+from neurontools.cli import CliError, RaisingParser, UsageError, number_in_range, silence_stdout
+
+PROG = "neuron-emulator"
+DETACH_TIMEOUT_S = 120.0  # 64 nodes start in well under this on a 2-vCPU host (docs/cluster.md)
+DOWN_TIMEOUT_S = 30.0
+MIN_INTERVAL, MAX_INTERVAL = 0.1, 3600.0  # neuron-exporter's --interval range
+IDENTITY_FLAGS = ("--region", "--availability-zone", "--availability-zone-id", "--ami-id", "--subnet-id")
+
+Handler = Callable[[argparse.Namespace], int]
+
+_nodes = number_in_range(
+    int,
+    MIN_NODES,
+    MAX_NODES,
+    invalid="invalid node count {text!r} (expected an integer 1-64)",
+    out_of_range=f"{{value}} nodes is out of range (expected {MIN_NODES} to {MAX_NODES})",
+)
+_port_base = number_in_range(
+    int,
+    0,
+    65535,
+    invalid="invalid port {text!r} (expected an integer 1-65535, or 0 for ports the kernel picks)",
+    out_of_range="port {value} is out of range (expected 1-65535, or 0)",
+)
+_interval = number_in_range(
+    float,
+    MIN_INTERVAL,
+    MAX_INTERVAL,
+    invalid="invalid interval {text!r} (expected seconds, e.g. 1 or 0.5)",
+    out_of_range=f"interval {{text}} is out of range (expected {MIN_INTERVAL:g} to {MAX_INTERVAL:g} seconds)",
+)
+
+
+def add_cluster_command(subparsers: Any) -> dict[str, Handler]:
+    """Add ``cluster`` (with ``up``, ``status``, ``down``) to ``neuron-emulator``'s subcommands."""
+    from emulator.hardware.instance_types import INSTANCE_TYPES
+
+    cluster = subparsers.add_parser(
+        "cluster",
+        help="an emulated fleet: N nodes, each with its own daemon and neuron-exporter, in one process",
+        description="Emulated Trn1 cluster: every node has its own instance identity, daemon address "
+        "(NEURON_EMULATOR_ADDR) and neuron-exporter endpoint; one host process serves them all (docs/cluster.md).",
+    )
+    sub = cluster.add_subparsers(dest="cluster_command", metavar="COMMAND", parser_class=RaisingParser)
+    sub.required = True
+
+    up = sub.add_parser("up", help="start a cluster (one at a time per user)")
+    up.add_argument("--nodes", "-n", type=_nodes, required=True, metavar="N", help=f"{MIN_NODES}-{MAX_NODES} nodes")
+    up.add_argument(
+        "--instance-type",
+        "-i",
+        default=DEFAULT_INSTANCE_TYPE,
+        choices=list(INSTANCE_TYPES),
+        metavar="TYPE",
+        help=f"one of {', '.join(INSTANCE_TYPES)} (default {DEFAULT_INSTANCE_TYPE})",
+    )
+    up.add_argument("--detach", "-d", action="store_true", help="run in the background; return once every node answers")
+    up.add_argument(
+        "--exporter-port-base",
+        type=_port_base,
+        default=0,
+        metavar="P",
+        help="node i's neuron-exporter on 127.0.0.1:P+i (default: ports the kernel picks; see status)",
+    )
+    up.add_argument(
+        "--exporter-interval",
+        type=_interval,
+        default=1.0,
+        metavar="SECONDS",
+        help="each exporter's collection interval (default 1)",
+    )
+    up.add_argument(
+        "--file-sd",
+        metavar="PATH",
+        help="write the Prometheus file_sd target file here (default: in the cluster's socket directory)",
+    )
+    up.add_argument(
+        "--log-file", metavar="PATH", help="with --detach: the host's log (default neuron-emulator-cluster.log)"
+    )
+    up.add_argument("--detached-log", help=argparse.SUPPRESS)  # the launcher tells the host where its log is
+    ident = up.add_argument_group("identity shared by every node (defaults are stable per host and type)")
+    ident.add_argument("--region", metavar="REGION", help="default us-west-2")
+    ident.add_argument("--availability-zone", metavar="AZ", help="default us-west-2d")
+    ident.add_argument("--availability-zone-id", metavar="AZID", help="default usw2-az4")
+    ident.add_argument("--ami-id", metavar="AMI", help="e.g. ami-0123456789abcdef0")
+    ident.add_argument("--subnet-id", metavar="SUBNET", help="e.g. subnet-0123456789abcdef0")
+    ident.add_argument(
+        "--placement-group", default=DEFAULT_PLACEMENT_GROUP, metavar="NAME", help=f"default {DEFAULT_PLACEMENT_GROUP}"
+    )
+
+    status = sub.add_parser("status", help="the nodes, their addresses and exporters (exit 1 if no cluster runs)")
+    status.add_argument("--json", action="store_true", help="print the cluster and its nodes as JSON")
+    sub.add_parser("down", help="stop the cluster; its state, sockets and target file are removed")
+    return {"cluster": cmd_cluster}
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    handlers: dict[str, Handler] = {"up": _cmd_up, "status": _cmd_status, "down": _cmd_down}
+    return handlers[args.cluster_command](args)
+
+
+# -- up -------------------------------------------------------------------------------------------
+
+
+def _plan(args: argparse.Namespace, layout: Layout) -> tuple[Shared, list[NodeSpec], str]:
+    """The shared identity, the nodes and the target file's path; bad values are one-line errors."""
+    if args.exporter_port_base and args.exporter_port_base + args.nodes - 1 > 65535:
+        raise UsageError(
+            f"--exporter-port-base {args.exporter_port_base}: {args.nodes} nodes need ports up to "
+            f"{args.exporter_port_base + args.nodes - 1} (at most 65535)"
+        )
+    try:
+        shared = shared_identity(
+            args.instance_type,
+            layout,
+            region=args.region,
+            availability_zone=args.availability_zone,
+            availability_zone_id=args.availability_zone_id,
+            ami_id=args.ami_id,
+            subnet_id=args.subnet_id,
+            placement_group=args.placement_group,
+        )
+        nodes = plan_nodes(shared, args.nodes, layout)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    file_sd = os.path.abspath(args.file_sd) if args.file_sd else layout.file_sd
+    if args.file_sd and not os.path.isdir(os.path.dirname(file_sd)):
+        raise CliError(f"--file-sd {args.file_sd}: directory {os.path.dirname(file_sd)} does not exist")
+    return shared, nodes, file_sd
+
+
+def _refuse_running(layout: Layout) -> None:
+    from emulator.cluster.host import already_running, host_alive
+
+    state = _state_or_none(layout)
+    if state is not None and host_alive(state):
+        raise CliError(already_running(state))
+
+
+def _state_or_none(layout: Layout) -> ClusterState | None:
+    try:
+        return read_state(layout)
+    except StateError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    if args.log_file and not args.detach:
+        raise UsageError("--log-file applies to --detach (in the foreground the host logs to stderr)")
+    layout = Layout.default()
+    shared, nodes, file_sd = _plan(args, layout)
+    _refuse_running(layout)
+    if args.detach:
+        return _up_detached(args, layout)
+
+    from emulator.cluster.host import HostPlan, run_host
+    from emulator.daemon.server import StartError
+
+    plan = HostPlan(
+        layout=layout,
+        shared=shared,
+        nodes=nodes,
+        exporter_port_base=args.exporter_port_base,
+        exporter_interval=args.exporter_interval,
+        file_sd=file_sd,
+        log=args.detached_log,
+    )
+
+    def ready(state: ClusterState) -> None:
+        if args.detached_log is None:  # in the foreground: where the nodes are
+            _print_lines(render_table(cluster_status(state, probe=False)))
+
+    try:
+        run_host(plan, on_ready=ready)
+    except StartError as exc:
+        raise CliError(str(exc)) from None
+    return 0
+
+
+def _host_argv(args: argparse.Namespace, log_path: str) -> list[str]:
+    """The foreground ``cluster up`` the detached host runs: the same cluster, its log named."""
+    argv = ["cluster", "up", "--nodes", str(args.nodes), "--instance-type", args.instance_type]
+    argv += ["--exporter-port-base", str(args.exporter_port_base), "--exporter-interval", repr(args.exporter_interval)]
+    argv += ["--placement-group", args.placement_group, "--detached-log", log_path]
+    if args.file_sd:
+        argv += ["--file-sd", os.path.abspath(args.file_sd)]
+    for flag in IDENTITY_FLAGS:
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value:
+            argv += [flag, value]
+    return argv
+
+
+def _up_detached(args: argparse.Namespace, layout: Layout) -> int:
+    from emulator.daemon.security import SecurityError, ensure_runtime_dir
+    from emulator.lifecycle import stop_on_signals
+
+    log_path = os.path.abspath(args.log_file) if args.log_file else layout.log_file
+    try:
+        ensure_runtime_dir(layout.directory)
+    except SecurityError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        log = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
+    except OSError as exc:
+        raise CliError(f"cannot open log file {log_path}: {exc.strerror}") from None
+    with stop_on_signals():
+        with log:
+            host = subprocess.Popen(
+                [sys.executable, "-m", "emulator.cli", *_host_argv(args, log_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,  # detached: it outlives this command
+                close_fds=True,
+            )
+        try:
+            state = _wait_ready(host, layout, log_path)
+        except BaseException:  # a failed start, a timeout, Ctrl-C: nothing of it stays behind
+            _stop_host(host)
+            raise
+    summary = (
+        f"{PROG}: cluster of {len(state.nodes)} {state.instance_type} nodes up "
+        f"(host pid {host.pid}, log {log_path}); Prometheus targets in {state.file_sd}"
+    )
+    _print_lines([summary, *render_table(cluster_status(state))])
+    return 0
+
+
+def _wait_ready(host: subprocess.Popen[bytes], layout: Layout, log_path: str) -> ClusterState:
+    """The host's state once every node's daemon answers and every exporter is ready."""
+    deadline = time.monotonic() + DETACH_TIMEOUT_S
+    waiting: list[int] | None = None  # nodes not answering yet
+    while time.monotonic() < deadline:
+        if host.poll() is not None:
+            raise CliError(_last_line(log_path) or f"the cluster host exited with status {host.returncode}")
+        try:
+            state = read_state(layout)
+        except StateError:
+            state = None  # being replaced
+        if state is not None and state.pid == host.pid:
+            if waiting is None:
+                waiting = [node.index for node in state.nodes]
+            waiting = [
+                i
+                for i in waiting
+                if daemon_status(state.nodes[i].address, timeout=1.0) is None
+                or not exporter_ready(state.nodes[i].exporter_port, timeout=1.0)
+            ]
+            if not waiting:
+                return state
+        time.sleep(0.1)
+    where = f" (nodes not answering: {', '.join(map(str, waiting))})" if waiting else ""
+    raise CliError(f"the cluster did not come up within {DETACH_TIMEOUT_S:g} s{where} (log: {log_path})")
+
+
+def _stop_host(host: subprocess.Popen[bytes]) -> None:
+    if host.poll() is None:
+        host.terminate()
+    try:
+        host.wait(timeout=DOWN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        host.kill()
+        host.wait()
+
+
+def _last_line(path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            lines = [ln.strip() for ln in fh.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1].removeprefix(f"{PROG}: error: ") if lines else ""
+
+
+def _print_lines(lines: list[str]) -> None:
+    """``lines`` on stdout; a reader that went away (``| head``) is not an error."""
+    try:
+        print("\n".join(lines), flush=True)
+    except BrokenPipeError:
+        silence_stdout()
+
+
+# -- status ---------------------------------------------------------------------------------------
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from emulator.cluster.host import host_alive
+
+    layout = Layout.default()
+    state = _state_or_none(layout)
+    if state is None:
+        print(f"{PROG}: no cluster running (no state file {layout.state_file})")
+        return 1
+    if not host_alive(state):
+        print(
+            f"{PROG}: no cluster running: its host (pid {state.pid}) is gone; "
+            "'neuron-emulator cluster down' removes what it left"
+        )
+        return 1
+    status = cluster_status(state)
+    _print_lines(json.dumps(status, indent=2).splitlines() if args.json else render_table(status))
+    return 0
+
+
+# -- down -----------------------------------------------------------------------------------------
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    from emulator.cluster.host import host_alive
+
+    layout = Layout.default()
+    state = _state_or_none(layout)
+    if state is None:
+        raise CliError(f"no cluster running (no state file {layout.state_file})")
+    if not host_alive(state):
+        _remove_leftovers(state, layout)
+        print(f"{PROG}: the cluster's host (pid {state.pid}) was gone; removed its state, sockets and target file")
+        return 0
+    try:
+        os.kill(state.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        raise CliError(f"not allowed to stop the cluster host (pid {state.pid})") from None
+    deadline = time.monotonic() + DOWN_TIMEOUT_S
+    while host_alive(state):
+        if time.monotonic() > deadline:
+            raise CliError(f"the cluster host (pid {state.pid}) did not stop within {DOWN_TIMEOUT_S:g} s")
+        time.sleep(0.05)
+    _remove_leftovers(state, layout)  # nothing, after a clean stop
+    print(f"{PROG}: stopped the cluster of {len(state.nodes)} nodes (host pid {state.pid})")
+    return 0
+
+
+def _remove_leftovers(state: ClusterState, layout: Layout) -> None:
+    """What a host that is gone may have left: state, target file, node sockets and their locks."""
+    remove_files(state, layout)
+    for node in state.nodes:
+        if node.address.startswith(layout.node_dir + os.sep):
+            for path in (node.address, node.address + ".lock"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+    with contextlib.suppress(OSError):
+        os.rmdir(layout.node_dir)
+    _remove_free_lock(layout)
+
+
+def _remove_free_lock(layout: Layout) -> None:
+    """The cluster lock file, unless a host (starting or running) holds it."""
+    try:
+        fd = os.open(layout.lock_file, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return
+    with contextlib.suppress(OSError):
+        os.unlink(layout.lock_file)
+    os.close(fd)

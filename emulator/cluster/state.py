@@ -1,0 +1,153 @@
+"""The cluster's state file and its Prometheus ``file_sd`` target file.
+
+The host writes both once every node's daemon and exporter listen, and removes them when it stops.
+The state file (``Layout.state_file``, 0600) says which host process serves which nodes where; the
+target file is Prometheus' ``file_sd`` format: one target group per node, the exporter's
+``host:port`` with labels ``node``, ``instance_id`` and ``placement_group``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from emulator.cluster.layout import Layout
+
+STATE_VERSION = 1
+
+
+class StateError(ValueError):
+    """A state file that cannot be read; the message names the file."""
+
+
+@dataclass(frozen=True)
+class NodeState:
+    index: int
+    instance_id: str
+    instance_type: str
+    instance_name: str
+    address: str  # the daemon's NEURON_EMULATOR_ADDR
+    exporter_url: str  # http://127.0.0.1:PORT/metrics
+    exporter_port: int
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    pid: int  # the cluster host
+    started_at: float
+    instance_type: str
+    region: str
+    availability_zone: str
+    subnet_id: str
+    placement_group: str
+    file_sd: str
+    log: str | None
+    nodes: tuple[NodeState, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": STATE_VERSION, **asdict(self), "nodes": [asdict(n) for n in self.nodes]}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ClusterState:
+        """Raises ``KeyError``, ``TypeError`` or ``ValueError`` for anything malformed."""
+        if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+            raise ValueError(f"not a version {STATE_VERSION} cluster state")
+        nodes = tuple(_node(n) for n in data["nodes"])
+        log = data["log"]
+        return cls(
+            pid=_int(data["pid"]),
+            started_at=float(data["started_at"]),
+            instance_type=_str(data["instance_type"]),
+            region=_str(data["region"]),
+            availability_zone=_str(data["availability_zone"]),
+            subnet_id=_str(data["subnet_id"]),
+            placement_group=_str(data["placement_group"]),
+            file_sd=_str(data["file_sd"]),
+            log=None if log is None else _str(log),
+            nodes=nodes,
+        )
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r}")
+    return value
+
+
+def _node(data: Any) -> NodeState:
+    if not isinstance(data, dict):
+        raise TypeError(f"expected a node object, got {data!r}")
+    return NodeState(
+        index=_int(data["index"]),
+        instance_id=_str(data["instance_id"]),
+        instance_type=_str(data["instance_type"]),
+        instance_name=_str(data["instance_name"]),
+        address=_str(data["address"]),
+        exporter_url=_str(data["exporter_url"]),
+        exporter_port=_int(data["exporter_port"]),
+    )
+
+
+def write_json(path: str, data: Any) -> None:
+    """Write ``data`` to ``path`` (0600) so that a reader sees the old file or the new one, whole."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def read_state(layout: Layout) -> ClusterState | None:
+    """The state file's cluster, None when there is none. Raises :class:`StateError`."""
+    try:
+        with open(layout.state_file, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StateError(f"cannot read cluster state {layout.state_file}: {exc}") from None
+    try:
+        return ClusterState.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateError(f"malformed cluster state {layout.state_file}: {exc}") from None
+
+
+def file_sd_targets(state: ClusterState) -> list[dict[str, Any]]:
+    """Prometheus ``file_sd`` target groups: one per node's exporter."""
+    return [
+        {
+            "targets": [f"127.0.0.1:{node.exporter_port}"],
+            "labels": {
+                "node": str(node.index),
+                "instance_id": node.instance_id,
+                "placement_group": state.placement_group,
+            },
+        }
+        for node in state.nodes
+    ]
+
+
+def remove_files(state: ClusterState, layout: Layout) -> list[str]:
+    """Remove the state file and the target file (what the host leaves when it is killed); the
+    paths that were there."""
+    removed = []
+    for path in (state.file_sd, layout.state_file):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+            removed.append(path)
+    return removed

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import HELPERS, one_clear_line, run_tool, start_daemon, tool_env, wait_until
+from tests.support import BIN, HELPERS, one_clear_line, run_tool, start_daemon, tool_env, wait_until
 from tests.test_security import as_other_user, group_dir, needs_root, other_user
 
 __all__ = ["group_dir"]  # the fixture, for the test that acts as another user
@@ -174,3 +174,48 @@ def test_only_the_daemons_owner_may_inject_or_clear_faults(group_dir: Path) -> N
         assert daemon.client.get("/snapshot")["hardware_counters"][0]["mem_ecc_uncorrected"] == 0
     finally:
         assert daemon.stop() == 0
+
+
+def test_a_parallel_jobs_rank_slows_and_dies_of_an_uncorrectable_ecc_error(daemon, short_tmp: Path) -> None:
+    env = tool_env(daemon.address, {"NEURON_COMPILE_CACHE_URL": str(short_tmp / "cache")})
+    argv = [str(BIN / "neuron-emulator"), "run", "vit-base", "--micro-batch", "2", "--steps", "1000"]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        client = daemon.client
+        assert wait_until(lambda: len(daemon.processes()) == 2, timeout=120)
+        _fault(daemon.address, "slow", "--factor", "2", "--core", "1")
+
+        def durations_now() -> tuple[set[float], set[float]]:
+            """The distinct device times of each rank's executions of the last second (DP ranks: same graphs)."""
+            since = client.get("/snapshot")["monotonic"] - 1.0
+            snap = client.get(f"/snapshot?latencies_since={since!r}")
+            return tuple(  # type: ignore[return-value]
+                {float(lat[2]) for p in snap["processes"] if p["neuroncores"] == [core] for lat in p["latencies"]}
+                for core in (0, 1)
+            )
+
+        # the rank on the slow core: every execution exactly twice as long as the other rank's same graph
+        def twice() -> bool:
+            normal, slow = durations_now()
+            return len(normal) >= 2 and slow == {2 * d for d in normal}
+
+        assert wait_until(twice, timeout=30), durations_now()
+
+        out = _fault(daemon.address, "ecc", "--core", "1")
+        assert "nc1: the next execution fails with NRT_EXEC_HW_ERR_HBM_UE" in out.stdout
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, err
+    assert one_clear_line(err), err
+    assert "rank 1: NRT_EXEC_HW_ERR_HBM_UE" not in err  # the status leads the line
+    assert "NRT_EXEC_HW_ERR_HBM_UE: rank 1: step" in err and "uncorrectable ECC error" in err
+    assert wait_until(lambda: daemon.processes() == [], timeout=5)
+    retired = client.get("/snapshot")["retired"]
+    assert retired["errors"]["hardware"] == 1 and retired["executions"]["completed_with_err"] == 1
+    assert client.get("/faults") == {
+        "efa_bandwidth_factor": 1.0,
+        "cores": [{"core": 1, "slow_factor": 2.0, "nan": False, "hardware_error": None}],
+    }

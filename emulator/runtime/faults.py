@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from emulator.runtime.errors import NeuronRuntimeError
+from neurontools.report.names import MEM_ECC_UNCORRECTED, SRAM_ECC_UNCORRECTED
 
 # NRT status of an execution that hits an uncorrectable ECC error (nrt_status.h): HBM, NeuronCore SRAM
 HARDWARE_ERROR_STATUS = {
-    "mem_ecc_uncorrected": "NRT_EXEC_HW_ERR_HBM_UE",
-    "sram_ecc_uncorrected": "NRT_EXEC_HW_ERR_NC_UE",
+    MEM_ECC_UNCORRECTED.key: "NRT_EXEC_HW_ERR_HBM_UE",
+    SRAM_ECC_UNCORRECTED.key: "NRT_EXEC_HW_ERR_NC_UE",
 }
-_WHERE = {"mem_ecc_uncorrected": "device memory (HBM)", "sram_ecc_uncorrected": "on-chip SRAM"}
+_WHERE = {MEM_ECC_UNCORRECTED.key: "device memory (HBM)", SRAM_ECC_UNCORRECTED.key: "on-chip SRAM"}
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+from emulator.fault_cli import add_fault_command, run_fault, status_lines
 from neurontools.cli import CliError, RaisingParser, UsageError, print_error, print_usage_error
-from neurontools.report.names import ECC_EVENTS, MEM_ECC_UNCORRECTED
 from neurontools.sources.address import (
     AddressError,
     DaemonAddress,
@@ -33,7 +33,6 @@ PROG = "neuron-emulator"
 DETACH_TIMEOUT_S = 30.0
 DOWN_TIMEOUT_S = 10.0
 USAGE_STATUS = 2  # a flag that cannot be used (UsageError): argparse's exit status
-DEFAULT_ECC_EVENT = MEM_ECC_UNCORRECTED.key  # `neuron-emulator fault ecc` without --type
 IDENTITY_FLAGS = (
     "--instance-id",
     "--instance-name",
@@ -133,20 +132,7 @@ def _build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--exporter-port", type=int, default=8000, metavar="N", help="neuron-exporter port (default 8000)"
     )
-    fault = sub.add_parser("fault", help="inject hardware faults (ECC events) on the emulated devices")
-    fault.add_argument("kind", choices=["ecc"], help="fault kind")
-    fault.add_argument("--device", type=int, required=True, metavar="N", help="Neuron device index")
-    fault.add_argument(
-        "--type",
-        dest="event_type",
-        default=DEFAULT_ECC_EVENT,
-        choices=ECC_EVENTS,
-        metavar="EVENT",
-        help=", ".join(f"{e} (default)" if e == DEFAULT_ECC_EVENT else e for e in ECC_EVENTS),
-    )
-    fault.add_argument("--count", type=int, default=1, metavar="N", help="events to count (default 1)")
-    fault.add_argument("--socket", metavar="PATH", help="daemon socket (default: NEURON_EMULATOR_ADDR)")
-    fault.add_argument("--port", type=int, metavar="N", help="daemon on 127.0.0.1:N")
+    add_fault_command(sub)
     parser.set_defaults(workload_handlers=workload_handlers)
     return parser
 
@@ -344,6 +330,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
         cores = proc["neuroncores"]
         where = f"nc{cores[0]}-nc{cores[-1]}" if cores else proc["kind"]
         print(f"  {proc['pid']:>7}  {where:<10} {proc['tag'][:20]:<20} {proc['command'][:60]}")
+    faults = status_lines(client)
+    if faults:
+        print("faults:        (neuron-emulator fault clear removes them)")
+        print("\n".join(faults))
     return 0
 
 
@@ -362,14 +352,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_fault(args: argparse.Namespace) -> int:
-    client = DaemonClient(_address(args), timeout=3.0)
-    body = {"neuron_device": args.device, "event_type": args.event_type, "count": args.count}
-    try:
-        counters = client.post("/faults/ecc", body)
-    except DaemonUnavailable as exc:
-        raise CliError(str(exc)) from None
-    print(f"{PROG}: device {args.device}: {args.event_type} = {counters[args.event_type]}")
-    return 0
+    return run_fault(args, _address)  # emulator/fault_cli.py
 
 
 def main(argv: Sequence[str] | None = None) -> int:

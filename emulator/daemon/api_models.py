@@ -132,6 +132,11 @@ class ExecutionBody(BaseModel):
     outcome: Literal[
         "completed", "completed_with_err", "completed_with_num_err", "timed_out", "incorrect_input", "failed_to_queue"
     ]
+    error: Literal["hardware"] | None = Field(
+        None,
+        description="error_summary counter of a failed execution when its outcome does not say it: "
+        "'hardware' (outcome completed_with_err) for an uncorrectable ECC error (docs/faults.md)",
+    )
     model: ModelRef | None = None
     compile_cache: CompileCacheCounts
     collectives: list[CollectiveBody] = []
@@ -153,3 +158,82 @@ class EccFault(BaseModel):
     neuron_device: int = Field(ge=0)
     event_type: Literal["mem_ecc_corrected", "mem_ecc_uncorrected", "sram_ecc_corrected", "sram_ecc_uncorrected"]
     count: int = Field(1, ge=1, le=1_000_000)
+
+
+# -- faults of the node (docs/faults.md) -------------------------------------------------------
+Core = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+
+
+class SlowFault(BaseModel):
+    """The NeuronCores run slower: every execution takes ``factor`` x its modelled device time."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["slow"]
+    factor: float = Field(gt=1, le=1000, allow_inf_nan=False)
+    neuron_device: int | None = Field(None, ge=0, description="every core of this device")
+    core: Core | None = Field(None, description="this core only (default: every core of the node or device)")
+
+
+class NanFault(BaseModel):
+    """Executions complete with a numerical error (``completed_with_num_err``) until cleared."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["nan"]
+    neuron_device: int | None = Field(None, ge=0)
+    core: Core | None = None
+
+
+class EccFailure(BaseModel):
+    """ECC events counted on a device; an uncorrectable one also fails the next execution on the
+    core (``core``, or every core of ``neuron_device``) with the runtime's hardware error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["ecc"]
+    event_type: Literal["mem_ecc_corrected", "mem_ecc_uncorrected", "sram_ecc_corrected", "sram_ecc_uncorrected"]
+    count: int = Field(1, ge=1, le=1_000_000)
+    neuron_device: int | None = Field(None, ge=0)
+    core: Core | None = None
+
+
+class EfaFault(BaseModel):
+    """Inter-node (EFA) bandwidth factor of the node; applies to inter-node collectives."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["efa"]
+    factor: float = Field(gt=0, le=1, allow_inf_nan=False)
+
+
+FaultBody = Annotated[SlowFault | NanFault | EccFailure | EfaFault, Field(discriminator="kind")]
+
+
+class CoreFaults(BaseModel):
+    core: int
+    slow_factor: float = Field(description="executions take this many times their modelled device time")
+    nan: bool = Field(description="executions complete with a numerical error")
+    hardware_error: str | None = Field(
+        description="uncorrectable ECC event armed on the core: its next execution fails"
+    )
+
+
+class FaultState(BaseModel):
+    """The active faults of the node (cores without any are left out)."""
+
+    efa_bandwidth_factor: float
+    cores: list[CoreFaults]
+
+
+class FaultAnswer(FaultState):
+    """The active faults after a change, and the ECC counters of the devices an ECC fault counted on."""
+
+    hardware_counters: list[dict[str, int]] = Field(default_factory=list)
+
+
+class ExecutionAnswer(BaseModel):
+    """The daemon's answer to an execution report: the faults active on the process's cores,
+    which the process applies from its next execution on (docs/faults.md)."""
+
+    faults: FaultState

@@ -18,7 +18,23 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from emulator.daemon.api_models import AttachBody, EccFault, ErrorBody, ExecutionBatch, ExecutionBody, StatusModel
+from emulator.daemon.api_models import (
+    AttachBody,
+    EccFailure,
+    EccFault,
+    EfaFault,
+    ErrorBody,
+    ExecutionAnswer,
+    ExecutionBatch,
+    ExecutionBody,
+    FaultAnswer,
+    FaultBody,
+    FaultState,
+    NanFault,
+    SlowFault,
+    StatusModel,
+)
+from emulator.daemon.faults import HARDWARE_ERRORS, FaultTable
 from emulator.daemon.registry import AttachRequest, ClaimError, Registry
 from emulator.daemon.security import Access, BearerTokenMiddleware
 from emulator.daemon.telemetry import Telemetry
@@ -47,6 +63,7 @@ def create_app(
     """The daemon's app. ``access`` holds the rules of docs/security.md; the default (no token)
     is the Unix socket's: changes only from callers whose peer credentials allow them."""
     telemetry = Telemetry(registry.snapshot())
+    faults = FaultTable([tuple(d.neuroncore_ids) for d in registry.snapshot().devices])
     access = access if access is not None else Access()
 
     @contextlib.asynccontextmanager
@@ -161,7 +178,8 @@ def create_app(
         telemetry.forget(pid)
         return proc.to_dict()
 
-    def record(request: Request, pid: int, executions: list[ExecutionBody]) -> None:
+    def record(request: Request, pid: int, executions: list[ExecutionBody]) -> dict[str, Any]:
+        """Count the executions; answer the faults active on the process's cores (docs/faults.md)."""
         access.require_self(request, pid, "report executions for")
         proc = registry.get(pid)
         if proc is None:
@@ -170,16 +188,24 @@ def create_app(
             telemetry.record_executions(proc, [e.model_dump() for e in executions])
         except ValueError as exc:
             raise ClaimError(str(exc), http_status=400, nrt_status="NRT_INVALID") from None
+        for ex in executions:
+            if ex.error == "hardware":  # the armed failure happened: it is spent
+                faults.consume_hardware_error(ex.core)
+        return {"faults": faults.state(list(proc.neuroncores))}
 
-    @app.post("/v1/processes/{pid}/executions", status_code=204, responses=errors, tags=["telemetry"])
-    async def execution(pid: int, body: ExecutionBody, request: Request) -> None:
-        """A step graph starting on one of the process's NeuronCores (what it costs, how it ended)."""
-        record(request, pid, [body])
+    @app.post("/v1/processes/{pid}/executions", response_model=ExecutionAnswer, responses=errors, tags=["telemetry"])
+    async def execution(pid: int, body: ExecutionBody, request: Request) -> dict[str, Any]:
+        """A step graph starting on one of the process's NeuronCores (what it costs, how it ended).
+        The answer carries the faults active on the process's cores."""
+        return record(request, pid, [body])
 
-    @app.post("/v1/processes/{pid}/executions/batch", status_code=204, responses=errors, tags=["telemetry"])
-    async def execution_batch(pid: int, body: ExecutionBatch, request: Request) -> None:
-        """Several step graphs of the process, each with its own start (a replayed step)."""
-        record(request, pid, body.executions)
+    @app.post(
+        "/v1/processes/{pid}/executions/batch", response_model=ExecutionAnswer, responses=errors, tags=["telemetry"]
+    )
+    async def execution_batch(pid: int, body: ExecutionBatch, request: Request) -> dict[str, Any]:
+        """Several step graphs of the process, each with its own start (a replayed step). The answer
+        carries the faults active on the process's cores."""
+        return record(request, pid, body.executions)
 
     @app.get("/v1/processes/{pid}/memory", responses=errors, tags=["telemetry"])
     async def memory(pid: int) -> dict[str, object]:
@@ -198,6 +224,46 @@ def create_app(
             return telemetry.inject_ecc(body.neuron_device, body.event_type, body.count)
         except ValueError as exc:
             raise ClaimError(str(exc), http_status=400, nrt_status="NRT_INVALID") from None
+
+    @app.get("/v1/faults", response_model=FaultState, tags=["faults"])
+    async def fault_state() -> dict[str, Any]:
+        """The faults active on the node (docs/faults.md)."""
+        return faults.state()
+
+    @app.post("/v1/faults", response_model=FaultAnswer, responses=errors, tags=["faults"])
+    async def inject_fault(body: FaultBody, request: Request) -> dict[str, Any]:
+        """Make the node's cores slow, produce numerical errors, count ECC events (an uncorrectable
+        one fails the core's next execution) or cut the EFA bandwidth. Only the daemon's owner or
+        root (on TCP: a token holder). Answers the active faults."""
+        access.require_operator(request, "inject faults")
+        counted: list[dict[str, int]] = []
+        try:
+            if isinstance(body, EfaFault):
+                faults.efa(body.factor)
+                return faults.state()
+            cores = faults.targets(body.neuron_device, body.core)
+            if isinstance(body, SlowFault):
+                faults.slow(cores, body.factor)
+            elif isinstance(body, NanFault):
+                faults.nan(cores)
+            elif isinstance(body, EccFailure):
+                if body.neuron_device is None and body.core is None:
+                    raise ValueError("an ECC fault needs neuron_device or core")
+                for device in sorted({faults.device_of(c) for c in cores}):
+                    counted.append(telemetry.inject_ecc(device, body.event_type, body.count))
+                if body.event_type in HARDWARE_ERRORS:
+                    faults.arm_hardware_error(cores, body.event_type)
+        except ValueError as exc:
+            raise ClaimError(str(exc), http_status=400, nrt_status="NRT_INVALID") from None
+        return {**faults.state(), "hardware_counters": counted}
+
+    @app.delete("/v1/faults", response_model=FaultState, responses=errors, tags=["faults"])
+    async def clear_faults(request: Request) -> dict[str, Any]:
+        """Clear slow cores, numerical errors, the EFA factor and pending hardware failures. Counted
+        ECC events stay (counters are monotonic). Only the daemon's owner or root."""
+        access.require_operator(request, "clear faults")
+        faults.clear()
+        return faults.state()
 
     # response_model: the schema only. The answer is written by the models' own serialiser
     # (the snapshot is typed already; FastAPI's response validation would cost every call)

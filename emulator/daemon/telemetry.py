@@ -112,6 +112,7 @@ class _Report:
     flops: int
     engines: dict[str, float]
     outcome: str
+    error: str | None  # error_summary counter when the outcome's own does not apply (hardware)
     compile_cache: dict[str, int]
     collectives: list[tuple[int, dict[str, int]]]  # (count, bytes of one by link type: neuronlink, efa)
     core_memory: dict[str, int] | None
@@ -265,6 +266,9 @@ class Telemetry:
         outcome = body["outcome"]
         if outcome not in OUTCOMES:
             raise ValueError(f"unknown outcome {outcome!r}")
+        error = body.get("error")
+        if error is not None and (error not in ERROR_KINDS or outcome != "completed_with_err"):
+            raise ValueError(f"error {error!r} needs outcome 'completed_with_err' and an error_summary counter")
         device_seconds = max(0.0, float(body["device_seconds"]))
         memory = body.get("memory", {})
         return _Report(
@@ -276,6 +280,7 @@ class Telemetry:
             flops=int(body["flops"]),
             engines={e: float(body["engines"].get(e, 0.0)) for e in ENGINES},
             outcome=outcome,
+            error=error,
             compile_cache={k: int(body["compile_cache"][k]) for k in ("hits", "misses")},
             collectives=[(int(c.get("count") or 1), _link_bytes(c)) for c in body.get("collectives", [])],
             core_memory=_core_memory(memory),
@@ -290,7 +295,9 @@ class Telemetry:
 
     def _count(self, state: ProcessTelemetry, ex: _Report) -> None:
         state.executions[ex.outcome] += 1
-        if ex.outcome in OUTCOME_ERRORS:
+        if ex.error is not None:
+            state.errors[ex.error] += 1
+        elif ex.outcome in OUTCOME_ERRORS:
             state.errors[OUTCOME_ERRORS[ex.outcome]] += 1
         end = ex.start + min(ex.device_seconds, ex.total_latency)
         latency = Latency(end, ex.total_latency, ex.device_seconds)

@@ -29,6 +29,7 @@ from emulator.lifecycle import die_with_parent, launcher_pid
 from emulator.parallel.plan_file import JOB_PLAN_ENV, RankPlan, load_rank_plan
 from emulator.runtime.attach import RuntimeSession, attach, detach
 from emulator.runtime.errors import NeuronRuntimeError
+from emulator.runtime.faults import NO_FAULTS, CoreFaults, failed_execution
 from neurontools.http_limits import REPLAY_BATCH_BYTES
 from neurontools.sources.daemon_client import DaemonError, DaemonUnavailable
 
@@ -70,12 +71,21 @@ def _resume(plan: RankPlan) -> dict[str, list[dict[str, Any]]] | None:
 
 
 def _bodies(
-    plan: RankPlan, step: int, step_start: float, counters: dict[str, int], base: dict[str, int] | None = None
-) -> list[dict[str, Any]]:
-    """The step's executions; ``base``: compile-cache counts when a restarted daemon registered
-    this rank again (its counters start from zero)."""
+    plan: RankPlan,
+    step: int,
+    step_start: float,
+    counters: dict[str, int],
+    base: dict[str, int] | None = None,
+    faults: CoreFaults = NO_FAULTS,
+) -> tuple[list[dict[str, Any]], float]:
+    """The step's executions, and how much longer than planned the step takes on this rank;
+    ``base``: compile-cache counts when a restarted daemon registered this rank again (its
+    counters start from zero). ``faults`` (docs/faults.md): on a slow core every execution takes
+    ``slow_factor`` x its device time and the executions after it start that much later (the
+    gaps between them, host time and waits, stay as planned)."""
     base = base or {"hits": 0, "misses": 0}
     bodies = []
+    delay = 0.0
     for slot in plan.slots(first=step == 1):
         graph = plan.graphs[slot.graph]
         if slot.graph in plan.loaded:
@@ -83,23 +93,25 @@ def _bodies(
         else:
             plan.loaded.add(slot.graph)
             counters["hits" if plan.cached else "misses"] += 1
+        device_seconds = graph.device_seconds * faults.slow_factor
         bodies.append(
             {
                 "core": plan.core,
-                "start": step_start + slot.start,
-                "device_seconds": graph.device_seconds,
-                "compute_seconds": graph.device_seconds,  # the NEFF runs on the core all along
-                "total_latency": graph.host_seconds + graph.device_seconds,
+                "start": step_start + slot.start + delay,
+                "device_seconds": device_seconds,
+                "compute_seconds": device_seconds,  # the NEFF runs on the core all along
+                "total_latency": graph.host_seconds + device_seconds,
                 "flops": graph.flops,
-                "engines": graph.engines,
-                "outcome": "completed",
+                "engines": {e: s * faults.slow_factor for e, s in graph.engines.items()},
+                "outcome": faults.outcome("completed"),
                 "model": graph.model,
                 "compile_cache": {k: counters[k] - base[k] for k in ("hits", "misses")},
                 "collectives": graph.collectives,
                 "memory": {"core": plan.memory, "peak": plan.peak},
             }
         )
-    return bodies
+        delay += device_seconds - graph.device_seconds
+    return bodies, delay
 
 
 def batches(bodies: list[dict[str, Any]], limit: int = REPLAY_BATCH_BYTES) -> Iterator[list[dict[str, Any]]]:
@@ -119,18 +131,41 @@ def batches(bodies: list[dict[str, Any]], limit: int = REPLAY_BATCH_BYTES) -> It
         yield post
 
 
-def _post(session: RuntimeSession, bodies: list[dict[str, Any]]) -> None:
-    """Send the step's executions; training goes on without a daemon (docs/lifecycle.md)."""
+def _post(session: RuntimeSession, bodies: list[dict[str, Any]], faults: CoreFaults) -> CoreFaults:
+    """Send the step's executions; training goes on without a daemon (docs/lifecycle.md).
+    Returns the core's faults the daemon answered (``faults``: those known so far), which the
+    rank applies from its next step (docs/faults.md)."""
+    core = int(bodies[0]["core"]) if bodies else -1
     for post in batches(bodies):
         try:
-            session.client.post(f"/processes/{session.owner_pid}/executions/batch", {"executions": post})
+            answer = session.client.post(f"/processes/{session.owner_pid}/executions/batch", {"executions": post})
         except DaemonUnavailable:
             session.suspect()
-            return
+            return NO_FAULTS
         except DaemonError as exc:
             if exc.status == 404:  # a restarted daemon that does not know us (yet)
                 session.suspect()
-                return
+                return NO_FAULTS
+            continue
+        faults = CoreFaults.from_answer(answer, core)
+    return faults
+
+
+def _fail(
+    session: RuntimeSession, plan: RankPlan, error: NeuronRuntimeError, compile_cache: dict[str, int]
+) -> NeuronRuntimeError:
+    """The step's first execution hit the armed uncorrectable ECC error: report it (counted in
+    error_summary hardware) and return the runtime's error, which ends the rank. ``compile_cache``:
+    the counts the daemon holds (they never go back)."""
+    now = time.monotonic()
+    first = plan.graphs[plan.slots(first=False)[0].graph]
+    base = {
+        "model": first.model,
+        "compile_cache": compile_cache,
+        "memory": {"core": plan.memory, "peak": plan.peak},
+    }
+    _post(session, [failed_execution(plan.core, now, 0.0, base)], NO_FAULTS)
+    return NeuronRuntimeError(error.status, f"rank {plan.rank}: {error.message}")
 
 
 def run(plan: RankPlan) -> int:
@@ -145,10 +180,15 @@ def run(plan: RankPlan) -> int:
         return 0
     t0 = float(line)
     start = t0 + plan.compile_seconds  # every rank waits for the slowest stage's compile
+    faults = NO_FAULTS
     for step in range(1, plan.steps + 1):
+        failure = faults.hardware_failure(plan.core, f"step {step}")
+        if failure is not None:
+            raise _fail(session, plan, failure, {k: counters[k] - base[k] for k in ("hits", "misses")})
         length = plan.first_step_seconds if step == 1 else plan.step_seconds
-        _post(session, _bodies(plan, step, start, counters, base))
-        start += length
+        bodies, delay = _bodies(plan, step, start, counters, base, faults)
+        faults = _post(session, bodies, faults)
+        start += length + delay
         if _stdin_closed(session, start):
             return 0
     return 0

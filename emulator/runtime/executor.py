@@ -40,6 +40,7 @@ from emulator.runtime.attach import RuntimeSession
 from emulator.runtime.collectives import collective_error, collective_timeout
 from emulator.runtime.compile_cache import CompileCache, LoadedModel, cache_settings, graph_hash
 from emulator.runtime.errors import NeuronRuntimeError
+from emulator.runtime.faults import NO_FAULTS, CoreFaults, failed_execution
 from emulator.runtime.memory import MemoryLedger
 from neurontools.report.schema import ENGINE_KEYS as ENGINES
 from neurontools.sources.daemon_client import DaemonError, DaemonUnavailable
@@ -97,6 +98,8 @@ class DeviceRuntime:
         self._lock = threading.Lock()
         self._cache_base = (0, 0)  # compile-cache counts when the daemon last registered us
         self.native: Any = None  # the native device backend, once install() started it
+        self.faults: CoreFaults = NO_FAULTS  # the core's faults, as the daemon last answered (docs/faults.md)
+        self._failure: NeuronRuntimeError | None = None  # a hardware error ended this runtime
 
     # -- lifecycle ---------------------------------------------------------------------------
     def install(self) -> None:
@@ -155,6 +158,8 @@ class DeviceRuntime:
     # -- execution ---------------------------------------------------------------------------
     def mark_step(self) -> StepResult | None:
         self.session.raise_if_failed()  # e.g. a restarted daemon gave one of our cores away
+        if self._failure is not None:
+            raise self._failure
         with self._lock:
             return self._mark_step()
 
@@ -178,13 +183,18 @@ class DeviceRuntime:
             model, compile_seconds, cache_hit = self._compile_and_load(digest, ops)
         else:
             self.cache.hits += 1  # in-memory JIT cache
+        faults = self.faults  # applied from the execution after the answer that carried them
+        failure = faults.hardware_failure(self.core, f"execution of model {model.model_id}")
+        if failure is not None:
+            self._fail(failure, model, called)
         graph = self._graph_costs.get(digest)
         if graph is None:  # the same graph always costs the same: compute it once per graph
             ops = ops if ops is not None else captured.ops()
             graph = self._graph_costs[digest] = cost_graph(ops, self.options, self.instance_type.chip.core)
         comm = sum(cost_collective(c, self.links) for c in collectives)
-        device_seconds = graph.device_seconds + comm
-        outcome = self._outcome(device_seconds)
+        # a slow core takes `slow_factor` x the modelled time for all of it, collectives included
+        device_seconds = (graph.device_seconds + comm) * faults.slow_factor
+        outcome = faults.outcome(self._outcome(device_seconds))
 
         start = time.monotonic()
         total_latency = (start - called) + min(device_seconds, self.timeout)
@@ -201,7 +211,7 @@ class DeviceRuntime:
             cache_hit=cache_hit,
             outcome=outcome,
             ops=len(captured),
-            engines=dict(graph.busy),
+            engines={e: s * faults.slow_factor for e, s in graph.busy.items()},
         )
         self._last_mark = now
         self.last = result
@@ -212,6 +222,15 @@ class DeviceRuntime:
                 f"{self.timeout:g} s (it needs {device_seconds:.3f} s of device time)",
             )
         return result
+
+    def _fail(self, failure: NeuronRuntimeError, model: LoadedModel, called: float) -> None:
+        """An uncorrectable ECC error ends this execution at once: report it (error_summary
+        hardware), log the runtime's line, and raise now and at every later step."""
+        start = time.monotonic()
+        self._post(failed_execution(self.core, start, start - called, self._report_base(model)))
+        print(f"ERROR  NRT:nrt_execute {failure}", file=sys.stderr, flush=True)
+        self._failure = failure
+        raise failure
 
     def _take_graph(self) -> Any:
         """The step's ops, from the device layer that recorded them (both, in the rare process
@@ -275,8 +294,8 @@ class DeviceRuntime:
         collectives: list[CollectiveRecord],
         cache_hit: bool,
     ) -> None:
-        usage = self.ledger.usage()
         body = {
+            **self._report_base(model),
             "core": self.core,
             "start": start,
             "device_seconds": device_seconds,
@@ -285,8 +304,19 @@ class DeviceRuntime:
             "compute_seconds": device_seconds,
             "total_latency": total_latency,
             "flops": int(graph.flops),
-            "engines": {e: float(graph.busy.get(e, 0.0)) for e in ENGINES},
+            # a slow core keeps each engine busy `slow_factor` x as long (utilization follows)
+            "engines": {e: float(graph.busy.get(e, 0.0)) * self.faults.slow_factor for e in ENGINES},
             "outcome": outcome,
+            "collectives": [
+                {"kind": c.kind, "bytes": c.nbytes, "ranks": c.ranks, "nodes": c.nodes} for c in collectives
+            ],
+        }
+        self._post(body)
+
+    def _report_base(self, model: LoadedModel) -> dict[str, Any]:
+        """The fields of an execution report that describe the process, not the execution."""
+        usage = self.ledger.usage()
+        return {
             "model": {
                 "model_id": model.model_id,
                 "uuid": model.uuid,
@@ -297,18 +327,21 @@ class DeviceRuntime:
                 "hits": self.cache.hits - self._cache_base[0],
                 "misses": self.cache.misses - self._cache_base[1],
             },
-            "collectives": [
-                {"kind": c.kind, "bytes": c.nbytes, "ranks": c.ranks, "nodes": c.nodes} for c in collectives
-            ],
             "memory": {"core": usage.to_dict(), "peak": self.ledger.peak},
         }
+
+    def _post(self, body: dict[str, Any]) -> None:
+        """Report one execution; keep the core's faults the daemon answers (docs/faults.md)."""
         try:  # the daemon being away does not stop training (docs/lifecycle.md)
-            self.session.client.post(f"/processes/{self.session.owner_pid}/executions", body)
+            answer = self.session.client.post(f"/processes/{self.session.owner_pid}/executions", body)
         except DaemonUnavailable:
             self.session.suspect()
+            return
         except DaemonError as exc:
             if exc.status == 404:  # a restarted daemon that does not know us (yet)
                 self.session.suspect()
+            return
+        self.faults = CoreFaults.from_answer(answer, self.core)
 
 
 class _Graphs:

@@ -1,0 +1,118 @@
+"""The faults active on the emulated node, per NeuronCore (docs/faults.md).
+
+The daemon holds them; a process learns its cores' faults from the daemon's answer to each
+execution report (one execution, or a replaying rank's batch) and applies them from its next
+execution on. Nothing here touches a counter: ECC events are counted by the telemetry, and a
+pending hardware failure is consumed when the failed execution is reported.
+
+Thread-safe; every public method takes the lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+# an uncorrectable ECC event makes the next execution on the core fail with this NRT status
+from emulator.runtime.faults import HARDWARE_ERROR_STATUS as HARDWARE_ERRORS
+
+
+@dataclass
+class _CoreFaults:
+    slow_factor: float = 1.0
+    nan: bool = False
+    hardware_error: str | None = None  # the uncorrectable ECC event type armed on the core
+
+    def active(self) -> bool:
+        return self.slow_factor != 1.0 or self.nan or self.hardware_error is not None
+
+
+class FaultTable:
+    """``devices``: the NeuronCore ids of each Neuron device, by device index."""
+
+    def __init__(self, devices: list[tuple[int, ...]]) -> None:
+        self._devices = devices
+        self._core_count = sum(len(cores) for cores in devices)
+        self._lock = threading.Lock()
+        self._cores: dict[int, _CoreFaults] = {}
+        self._efa_bandwidth_factor = 1.0
+
+    def check_cores(self, cores: list[int]) -> None:
+        bad = [c for c in cores if not 0 <= c < self._core_count]
+        if bad:
+            raise ValueError(f"NeuronCore {bad[0]} does not exist (0-{self._core_count - 1})")
+
+    def targets(self, neuron_device: int | None, core: int | None) -> list[int]:
+        """The cores a fault applies to: ``core``, else every core of ``neuron_device``, else of the node."""
+        if neuron_device is not None and not 0 <= neuron_device < len(self._devices):
+            raise ValueError(f"neuron_device {neuron_device} does not exist (0-{len(self._devices) - 1})")
+        if core is not None:
+            self.check_cores([core])
+            if neuron_device is not None and core not in self._devices[neuron_device]:
+                raise ValueError(f"NeuronCore {core} is not on neuron_device {neuron_device}")
+            return [core]
+        if neuron_device is not None:
+            return list(self._devices[neuron_device])
+        return list(range(self._core_count))
+
+    def device_of(self, core: int) -> int:
+        return next(i for i, cores in enumerate(self._devices) if core in cores)
+
+    def slow(self, cores: list[int], factor: float) -> None:
+        """Executions on ``cores`` take ``factor`` x their modelled device time (replaces an earlier factor)."""
+        self.check_cores(cores)
+        with self._lock:
+            for core in cores:
+                self._cores.setdefault(core, _CoreFaults()).slow_factor = factor
+
+    def nan(self, cores: list[int]) -> None:
+        """Executions on ``cores`` complete with a numerical error until cleared."""
+        self.check_cores(cores)
+        with self._lock:
+            for core in cores:
+                self._cores.setdefault(core, _CoreFaults()).nan = True
+
+    def arm_hardware_error(self, cores: list[int], event_type: str) -> None:
+        """The next execution on each of ``cores`` fails with the runtime's hardware error."""
+        if event_type not in HARDWARE_ERRORS:
+            raise ValueError(f"{event_type} is correctable: it fails no execution")
+        self.check_cores(cores)
+        with self._lock:
+            for core in cores:
+                self._cores.setdefault(core, _CoreFaults()).hardware_error = event_type
+
+    def consume_hardware_error(self, core: int) -> None:
+        """A process reported the failed execution on ``core``: the pending failure is spent."""
+        with self._lock:
+            entry = self._cores.get(core)
+            if entry is not None:
+                entry.hardware_error = None
+
+    def efa(self, factor: float) -> None:
+        with self._lock:
+            self._efa_bandwidth_factor = factor
+
+    def clear(self) -> None:
+        """Clear every fault of the node (counted ECC events stay: counters are monotonic)."""
+        with self._lock:
+            self._cores.clear()
+            self._efa_bandwidth_factor = 1.0
+
+    def state(self, cores: list[int] | None = None) -> dict[str, Any]:
+        """The active faults (of ``cores``, default every core): the ``FaultState`` of the API."""
+        with self._lock:
+            wanted = sorted(self._cores) if cores is None else sorted(c for c in cores if c in self._cores)
+            return {
+                "efa_bandwidth_factor": self._efa_bandwidth_factor,
+                "cores": [
+                    {
+                        "core": c,
+                        "slow_factor": self._cores[c].slow_factor,
+                        "nan": self._cores[c].nan,
+                        "hardware_error": self._cores[c].hardware_error,
+                    }
+                    for c in wanted
+                    if self._cores[c].active()
+                ],
+            }

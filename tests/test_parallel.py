@@ -165,7 +165,7 @@ def test_replayed_step_reports_exactly_the_traced_graphs(gpt_tp8, tmp_path: Path
     rank = load_rank_plan(str(path), 13)
     assert (rank.core, rank.stage) == (13, 0)
     counters = {"hits": 0, "misses": 0}
-    bodies = _bodies(rank, 2, 100.0, counters)
+    bodies, _ = _bodies(rank, 2, 100.0, counters)
     slots = gpt_tp8.timeline.stages[0].slots
     assert [b["start"] - 100.0 for b in bodies] == pytest.approx([s.start for s in slots])
     for body, slot in zip(bodies, slots, strict=True):

@@ -337,11 +337,11 @@ def test_batched_executions_count_when_they_start_with_their_link_bytes(daemon) 
         early = mine()
         assert early["executions"]["completed"] == 1  # the second has not started yet
         assert early["cores"]["0"]["busy"] == pytest.approx(0.5)
-        assert early["collectives"]["neuronlink"] == {"bytes": 0, "operations": 0}
+        assert early["collectives"]["neuronlink"] == {"bytes": 0, "operations": 0, "seconds": 0.0}
         assert wait_until(lambda: mine()["executions"]["completed"] == 2, timeout=5)
         assert wait_until(lambda: mine()["cores"]["0"]["busy"] == pytest.approx(1.0), timeout=5)
         # the ring's bytes that crossed NeuronLink, not the payload
-        assert mine()["collectives"]["neuronlink"] == {"bytes": 750, "operations": 1}
+        assert mine()["collectives"]["neuronlink"] == {"bytes": 750, "operations": 1, "seconds": 0.0}
         bad = {"executions": [past, {**future, "core": 5}]}
         with pytest.raises(DaemonError) as err:
             daemon.client.post(f"/processes/{pid}/executions/batch", bad)
@@ -351,7 +351,16 @@ def test_batched_executions_count_when_they_start_with_their_link_bytes(daemon) 
 def test_a_collective_entry_with_a_count_stands_for_that_many(daemon) -> None:
     with attached_self(daemon) as pid:
         now = daemon.client.get("/snapshot")["monotonic"]
-        ring = {"kind": "all_reduce", "bytes": 100, "ranks": 8, "count": 128, "link_bytes": {"neuronlink": 175}}
+        ring = {
+            "kind": "all_reduce",
+            "bytes": 100,
+            "ranks": 8,
+            "count": 128,
+            "seconds": 0.001,
+            "link_bytes": {"neuronlink": 175},
+        }
         daemon.client.post(f"/processes/{pid}/executions", {**execution_report(now - 1, 0.1), "collectives": [ring]})
         (proc,) = [p for p in daemon.client.get("/snapshot")["processes"] if p["pid"] == pid]
-        assert proc["collectives"]["neuronlink"] == {"bytes": 175 * 128, "operations": 128}
+        link = proc["collectives"]["neuronlink"]
+        assert link == {"bytes": 175 * 128, "operations": 128, "seconds": pytest.approx(0.128)}
+        assert proc["collectives"]["efa"]["seconds"] == 0.0  # on one node: time on NeuronLink

@@ -108,6 +108,7 @@ class CollectiveBody(BaseModel):
     ranks: int = Field(ge=1, le=1_000_000)
     nodes: int = Field(1, ge=1, le=1_000_000)
     count: int = Field(1, ge=1, le=1_000_000, description="identical collectives this entry stands for")
+    seconds: Seconds = Field(0.0, description="simulated time of one (counted on EFA when it spans nodes)")
     link_bytes: dict[Literal["intra_chip", "neuronlink", "efa"], Count] | None = Field(
         None,
         description="bytes this core sent over each link type (from its ring on the topology); without it the "
@@ -148,6 +149,26 @@ class ExecutionBatch(BaseModel):
     starts, each with its own start time (counted when it starts)."""
 
     executions: list[ExecutionBody] = Field(max_length=100_000)
+
+
+class JobStepBody(BaseModel):
+    """One step of a training job done on this node, as its launcher saw it (docs/multinode.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int = Field(ge=1, le=MAX_COUNT)
+    step_seconds: Seconds = Field(description="the node's ranks' own time for the step (start to the last done)")
+    wait_seconds: Seconds = Field(description="time the node's ranks then waited for slower ranks, summed")
+    samples: Count = Field(description="sequences the whole job trained in the step (its global batch)")
+    ranks: int = Field(ge=1, le=1_000_000, description="the job's ranks on this node")
+
+
+class JobCountersModel(BaseModel):
+    job_id: str
+    steps: int
+    step_seconds: float
+    wait_seconds: float
+    samples: int
 
 
 class EccFault(BaseModel):

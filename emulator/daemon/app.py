@@ -10,10 +10,10 @@ import contextlib
 import os
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -30,6 +30,8 @@ from emulator.daemon.api_models import (
     FaultAnswer,
     FaultBody,
     FaultState,
+    JobCountersModel,
+    JobStepBody,
     NanFault,
     SlowFault,
     StatusModel,
@@ -43,6 +45,7 @@ from neurontools.http_limits import RequestLimits
 from neurontools.inventory import Inventory, NeuronProcess
 from neurontools.report.snapshot import SNAPSHOT, Snapshot
 
+JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"  # a label value a dashboard can show as is
 REAP_INTERVAL_S = 0.2  # a dead process releases its cores well within one second (docs/lifecycle.md)
 
 
@@ -215,6 +218,15 @@ def create_app(
             raise ClaimError(f"process {pid} is not attached", http_status=404, nrt_status="NRT_INVALID")
         return telemetry.memory(proc)
 
+    @app.post("/v1/jobs/{job_id}/steps", response_model=JobCountersModel, responses=errors, tags=["telemetry"])
+    async def job_step(
+        body: JobStepBody, request: Request, job_id: str = Path(min_length=1, max_length=128, pattern=JOB_ID_PATTERN)
+    ) -> dict[str, Any]:
+        """A training job's launcher reports a step done on this node (docs/multinode.md); answers
+        the job's counters here. Only the daemon's owner or root (on TCP: a token holder)."""
+        access.require_operator(request, "report job steps")
+        return telemetry.record_job_step(job_id, body.step_seconds, body.wait_seconds, body.samples)
+
     @app.post("/v1/faults/ecc", responses=errors, tags=["faults"])
     async def ecc_fault(body: EccFault, request: Request) -> dict[str, int]:
         """Inject ECC events on a device (for alert tests); returns the device's counters. Only the
@@ -272,7 +284,9 @@ def create_app(
         """Cumulative counters and current gauges of every runtime process, and the real host
         (docs/snapshot.md); consumers compute per-period figures from two snapshots.
         ``latencies_since`` (daemon monotonic seconds): list only executions that ended later."""
-        taken = telemetry.snapshot(registry.processes(), latencies_since)
+        taken = replace(
+            telemetry.snapshot(registry.processes(), latencies_since), efa_bandwidth_factor=faults.efa_bandwidth_factor
+        )
         return Response(content=SNAPSHOT.dump_json(taken), media_type="application/json")
 
     return app

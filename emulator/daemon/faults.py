@@ -89,6 +89,11 @@ class FaultTable:
             if entry is not None:
                 entry.hardware_error = None
 
+    @property
+    def efa_bandwidth_factor(self) -> float:
+        with self._lock:
+            return self._efa_bandwidth_factor
+
     def efa(self, factor: float) -> None:
         with self._lock:
             self._efa_bandwidth_factor = factor

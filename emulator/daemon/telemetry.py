@@ -39,6 +39,7 @@ from neurontools.report.snapshot_models import (
     HostMemory,
     HostMemoryUsage,
     HostSnapshot,
+    JobCounters,
     Latency,
     LoadedModel,
     ProcessMemory,
@@ -114,7 +115,8 @@ class _Report:
     outcome: str
     error: str | None  # error_summary counter when the outcome's own does not apply (hardware)
     compile_cache: dict[str, int]
-    collectives: list[tuple[int, dict[str, int]]]  # (count, bytes of one by link type: neuronlink, efa)
+    # (count, bytes of one by link type: neuronlink, efa; (link type, seconds) of one)
+    collectives: list[tuple[int, dict[str, int], tuple[str, float]]]
     core_memory: dict[str, int] | None
     peak: int
     model: dict[str, Any] | None
@@ -127,8 +129,11 @@ class ProcessTelemetry:
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
     latencies: deque[Latency] = field(default_factory=deque)
     compile_cache: dict[str, int] = field(default_factory=lambda: {"hits": 0, "misses": 0})
-    collectives: dict[str, dict[str, int]] = field(
-        default_factory=lambda: {"neuronlink": {"bytes": 0, "operations": 0}, "efa": {"bytes": 0, "operations": 0}}
+    collectives: dict[str, dict[str, float]] = field(
+        default_factory=lambda: {
+            "neuronlink": {"bytes": 0, "operations": 0, "seconds": 0.0},
+            "efa": {"bytes": 0, "operations": 0, "seconds": 0.0},
+        }
     )
     core_memory: dict[int, dict[str, int]] = field(default_factory=dict)
     peak_memory: dict[int, int] = field(default_factory=dict)
@@ -157,6 +162,15 @@ def _link_bytes(c: dict[str, Any]) -> dict[str, int]:
     return {"neuronlink" if int(c.get("nodes", 1)) <= 1 else "efa": int(c["bytes"])}
 
 
+def _link_seconds(c: dict[str, Any]) -> tuple[str, float]:
+    """The link type a collective's time counts on, and the time of one: EFA when it spans
+    nodes (its inter-node hop bounds it), else NeuronLink (on-instance, the same chip included)."""
+    return ("efa" if int(c.get("nodes", 1)) > 1 else "neuronlink", max(0.0, float(c.get("seconds") or 0.0)))
+
+
+MAX_JOBS = 64  # jobs a node keeps counters for; the oldest is dropped beyond
+
+
 class Telemetry:
     def __init__(self, inventory: Inventory) -> None:
         self._inventory = inventory
@@ -169,6 +183,7 @@ class Telemetry:
         )
         self._latency_log: deque[tuple[int, Latency]] = deque()  # (sequence, latency) of every execution
         self._latency_seq = 0
+        self._jobs: dict[str, dict[str, float]] = {}  # job id -> JobCounters fields
         self._hw_counters = [
             {"neuron_device_index": d.index, **dict.fromkeys(ECC_EVENTS, 0)}
             for d in inventory.devices
@@ -198,8 +213,8 @@ class Telemetry:
             for key, value in state.compile_cache.items():
                 retired.compile_cache[key] += value
             for link, values in state.collectives.items():
-                for key, value in values.items():
-                    retired.collectives[link][key] += value
+                for key, amount in values.items():
+                    retired.collectives[link][key] += amount
 
     def _state(self, proc: NeuronProcess) -> ProcessTelemetry:
         state = self._procs.get(proc.pid)
@@ -236,6 +251,21 @@ class Telemetry:
         with self._lock:
             self._hw_counters[device][event_type] += count
             return dict(self._hw_counters[device])
+
+    # -- reports from launchers -------------------------------------------------------------
+    def record_job_step(self, job_id: str, step_seconds: float, wait_seconds: float, samples: int) -> dict[str, Any]:
+        """One step of job ``job_id`` done on this node (docs/multinode.md); returns its counters."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                if len(self._jobs) >= MAX_JOBS:
+                    del self._jobs[next(iter(self._jobs))]
+                job = self._jobs[job_id] = {"steps": 0, "step_seconds": 0.0, "wait_seconds": 0.0, "samples": 0}
+            job["steps"] += 1
+            job["step_seconds"] += step_seconds
+            job["wait_seconds"] += wait_seconds
+            job["samples"] += samples
+            return {"job_id": job_id, **job}
 
     # -- reports from processes --------------------------------------------------------------
     def record_executions(self, proc: NeuronProcess, bodies: list[dict[str, Any]]) -> None:
@@ -282,7 +312,9 @@ class Telemetry:
             outcome=outcome,
             error=error,
             compile_cache={k: int(body["compile_cache"][k]) for k in ("hits", "misses")},
-            collectives=[(int(c.get("count") or 1), _link_bytes(c)) for c in body.get("collectives", [])],
+            collectives=[
+                (int(c.get("count") or 1), _link_bytes(c), _link_seconds(c)) for c in body.get("collectives", [])
+            ],
             core_memory=_core_memory(memory),
             peak=int(memory.get("peak", 0)) if isinstance(memory.get("peak", 0), int) else 0,
             model=dict(body["model"]) if body.get("model") else None,
@@ -309,10 +341,11 @@ class Telemetry:
         while self._latency_log and self._latency_log[0][1].end < end - LATENCY_WINDOW_S:
             self._latency_log.popleft()
         state.compile_cache = dict(ex.compile_cache)
-        for count, links in ex.collectives:
+        for count, links, (time_link, seconds) in ex.collectives:
             for link, nbytes in links.items():
                 state.collectives[link]["bytes"] += nbytes * count
                 state.collectives[link]["operations"] += count
+            state.collectives[time_link]["seconds"] += seconds * count
         if ex.core_memory is not None:
             state.core_memory[ex.core] = ex.core_memory
             state.peak_memory[ex.core] = ex.peak
@@ -350,6 +383,16 @@ class Telemetry:
             hw = tuple(DeviceCounters(**d) for d in self._hw_counters)
             retired = self._retired_entry(now)
             latency_log = tuple(x for x in self._latency_log if x[1].end > since)
+            jobs = tuple(
+                JobCounters(
+                    job_id=job_id,
+                    steps=int(j["steps"]),
+                    step_seconds=j["step_seconds"],
+                    wait_seconds=j["wait_seconds"],
+                    samples=int(j["samples"]),
+                )
+                for job_id, j in self._jobs.items()
+            )
         return Snapshot(
             time=time.time(),
             monotonic=now,
@@ -360,6 +403,7 @@ class Telemetry:
             hardware_counters=hw,
             retired=retired,
             latency_log=latency_log,
+            jobs=jobs,
         )
 
     def _retired_entry(self, now: float) -> RuntimeProcess:
@@ -454,7 +498,12 @@ class Telemetry:
 
 
 def _collectives(state: ProcessTelemetry) -> Collectives:
-    return Collectives(**{link: CollectiveCounters(**counts) for link, counts in state.collectives.items()})
+    return Collectives(
+        **{
+            link: CollectiveCounters(int(c["bytes"]), int(c["operations"]), float(c["seconds"]))
+            for link, c in state.collectives.items()
+        }
+    )
 
 
 def host_snapshot() -> HostSnapshot:

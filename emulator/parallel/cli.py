@@ -35,6 +35,55 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--schedule", metavar="S", help="pipeline schedule: 1f1b (default) or gpipe")
 
 
+def add_multinode_arguments(parser: argparse.ArgumentParser) -> None:
+    """``run``'s flags for a job over several instances (docs/multinode.md)."""
+    g = parser.add_argument_group("multi-node jobs (model-scale workloads)")
+    g.add_argument(
+        "--nodes",
+        metavar="N",
+        help="instances the job spans (default 1): nodes 0..N-1 of the running 'neuron-emulator cluster', "
+        "or, with --node-rank, one launcher per host",
+    )
+    g.add_argument("--node-rank", metavar="R", help="this host's node in a job with one launcher per host")
+    g.add_argument(
+        "--master-addr",
+        metavar="HOST",
+        help="with --node-rank: host of node 0's launcher (its c10d store; default 127.0.0.1)",
+    )
+    g.add_argument("--master-port", metavar="PORT", help="with --node-rank: port of the c10d store on node 0")
+
+
+def node_targets(args: argparse.Namespace):  # -> NodeTargets
+    """Where the job's nodes are: the daemon of NEURON_EMULATOR_ADDR (one node), the running
+    cluster's nodes (``--nodes N``), or this host's node (``--nodes N --node-rank R``)."""
+    from emulator.parallel.nodes import cluster_targets, host_targets, single_node
+    from neurontools.sources.address import AddressError, resolve_address
+
+    nodes = _int("--nodes", getattr(args, "nodes", None), 1) or 1
+    rank_text = getattr(args, "node_rank", None)
+    port_text = getattr(args, "master_port", None)
+    addr = getattr(args, "master_addr", None)
+    if rank_text is None:
+        if port_text is not None or addr is not None:
+            raise ConfigError("--master-addr and --master-port go with --node-rank (one launcher per host)")
+        if nodes > 1:
+            return cluster_targets(nodes)
+    try:
+        address = str(resolve_address(None))
+    except AddressError as exc:
+        raise ConfigError(str(exc)) from None
+    if rank_text is None:
+        return single_node(address)
+    try:
+        node_rank = int(rank_text)
+    except ValueError:
+        raise ConfigError(f"--node-rank {rank_text!r}: expected an integer") from None
+    if port_text is None:
+        raise ConfigError("--node-rank needs --master-port (and --master-addr unless node 0 is this host)")
+    port = _int("--master-port", port_text, None) or 0
+    return host_targets(nodes, node_rank, addr or "127.0.0.1", port, address)
+
+
 def _int(flag: str, text: str | None, default: int | None) -> int | None:
     from emulator.workloads.cli import ArgumentError, _positive_int
 
@@ -77,7 +126,7 @@ def request_from_args(args: argparse.Namespace, model: str):  # -> JobRequest
 def forwarded_flags(args: argparse.Namespace) -> list[str]:
     """The flags a rank's command line shows (the same for every rank, as under torchrun)."""
     out: list[str] = []
-    for flag in ("tp", "pp", "dp", "micro_batch", "global_batch", "seq_len", "steps", "dtype", "schedule"):
+    for flag in ("tp", "pp", "dp", "micro_batch", "global_batch", "seq_len", "steps", "dtype", "schedule", "nodes"):
         value = getattr(args, flag, None)
         if value is not None:
             out += ["--" + flag.replace("_", "-"), str(value)]
@@ -88,8 +137,9 @@ def forwarded_flags(args: argparse.Namespace) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------
-def cmd_run_parallel(args: argparse.Namespace, instance_type: str) -> int:
-    """Plan and run a model-scale job on the daemon's instance."""
+def cmd_run_parallel(args: argparse.Namespace, instance_type: str, targets: Any = None) -> int:
+    """Plan and run a model-scale job on the daemon's instance, or on the nodes of ``targets``
+    (:class:`~emulator.parallel.nodes.NodeTargets`)."""
     from emulator.hardware import get_instance_type
     from emulator.parallel.launch import launch
     from emulator.parallel.report import ParallelReport
@@ -108,7 +158,14 @@ def cmd_run_parallel(args: argparse.Namespace, instance_type: str) -> int:
         return 1
     report = ParallelReport(plan, steps or 10)
     report.header()
-    code = launch(plan, steps=report.steps, flags=forwarded_flags(args), env=dict(os.environ), on_step=report.step)
+    code = launch(
+        plan,
+        steps=report.steps,
+        flags=forwarded_flags(args),
+        env=dict(os.environ),
+        on_step=report.step,
+        targets=targets,
+    )
     if code == 0:
         report.summary()
     return code

@@ -25,12 +25,22 @@ from pathlib import Path
 
 from emulator.lifecycle import LAUNCHER_PID_ENV, Stopped, stop_on_signals
 from emulator.parallel.job import JobPlan
-from emulator.parallel.plan_file import JOB_PLAN_ENV, plan_document, write_plan
+from emulator.parallel.job_report import JobReporter
+from emulator.parallel.nodes import NodeTargets, single_node
+from emulator.parallel.plan import RankPlace
+from emulator.parallel.plan_file import JOB_ID_ENV, JOB_PLAN_ENV, plan_document, write_plan
+from emulator.parallel.rendezvous import (
+    JobAborted,
+    LocalRendezvous,
+    Rendezvous,
+    StoreRendezvous,
+    new_job_id,
+    peer_timeout,
+)
 from emulator.runtime.compile_cache import CompileCache, LoadedModel, cache_settings
 from emulator.workloads.errors import ERROR_PREFIX, report_error
 
 READY_TIMEOUT_S = 120.0  # 32 ranks starting on a 2-vCPU host take a few seconds
-START_MARGIN_S = 0.2
 
 
 def load_models(plan: JobPlan, env: dict[str, str]) -> tuple[dict[tuple[int, str], LoadedModel], float]:
@@ -87,14 +97,89 @@ def launch(
     flags: Sequence[str],
     env: dict[str, str],
     on_step: Callable[[int, float], None] = lambda step, seconds: None,
+    targets: NodeTargets | None = None,
 ) -> int:
-    """Run the planned job on the daemon's cores for ``steps`` steps; 0, or 1 when a rank failed
-    (its error is on stderr), 130/143 when stopped by a signal."""
+    """Run the planned job for ``steps`` steps on the nodes of ``targets`` (default: the one
+    daemon of ``env``); 0, or 1 when a rank failed (its error is on stderr), 130/143 when stopped
+    by a signal."""
+    if targets is None:
+        targets = single_node(env.get("NEURON_EMULATOR_ADDR", ""))
     with stop_on_signals():  # docs/lifecycle.md: a stop signal stops every rank, then 128 + signal
         try:
-            return _launch(plan, steps=steps, flags=flags, env=env, on_step=on_step)
+            return _launch(plan, steps=steps, flags=flags, env=env, on_step=on_step, targets=targets)
         except Stopped as stopped:
             return stopped.status
+
+
+def _rendezvous(plan: JobPlan, targets: NodeTargets) -> Rendezvous:
+    if not targets.distributed:
+        return LocalRendezvous(new_job_id(plan.model))
+    assert targets.node_rank is not None
+    return StoreRendezvous(
+        plan.model,
+        nodes=targets.nodes,
+        node_rank=targets.node_rank,
+        addr=targets.master_addr,
+        port=targets.master_port,
+        timeout=READY_TIMEOUT_S,
+    )
+
+
+class _Ranks:
+    """This launcher's rank processes, their logs, and the lockstep protocol with them."""
+
+    def __init__(self, places: list[RankPlace]) -> None:
+        self.places = places
+        self.procs: list[subprocess.Popen] = []
+        self.logs: list[Path] = []
+
+    def send(self, line: str, only: list[int] | None = None) -> None:
+        for i, p in enumerate(self.procs):
+            if (only is None or i in only) and p.poll() is None and p.stdin is not None:
+                try:
+                    p.stdin.write(line + "\n")
+                    p.stdin.flush()
+                except OSError:
+                    pass
+
+    def lost(self) -> tuple[RankPlace, int] | None:
+        """The first rank that has exited during the job (any exit before the last step)."""
+        for place, p in zip(self.places, self.procs, strict=True):
+            code = p.poll()
+            if code is not None:
+                return place, code
+        return None
+
+    def collect(self, step: int) -> dict[int, float]:
+        """Every rank's end of ``step`` (its ``step N END`` line); raises _RankLost."""
+        pending = {p.stdout.fileno(): i for i, p in enumerate(self.procs) if p.stdout is not None}
+        ends: dict[int, float] = {}
+        while pending:
+            ready, _, _ = select.select(list(pending), [], [], 0.5)
+            for fd in ready:
+                i = pending[fd]
+                stdout = self.procs[i].stdout
+                assert stdout is not None
+                line = stdout.readline().split()
+                if len(line) == 3 and line[0] == "step" and int(line[1]) == step:
+                    ends[self.places[i].rank] = float(line[2])
+                    del pending[fd]
+                elif not line:  # end of output: the rank is gone
+                    self.procs[i].wait()
+                    raise _RankLost(self.places[i], self.procs[i].returncode)
+            if not ready:
+                gone = [(self.places[i], self.procs[i].poll()) for i in pending.values()]
+                for place, code in gone:
+                    if code is not None:
+                        raise _RankLost(place, code)
+        return ends
+
+
+class _RankLost(Exception):
+    def __init__(self, place: RankPlace, code: int) -> None:
+        super().__init__(place.rank)
+        self.place = place
+        self.code = code
 
 
 def _launch(
@@ -104,31 +189,45 @@ def _launch(
     flags: Sequence[str],
     env: dict[str, str],
     on_step: Callable[[int, float], None],
+    targets: NodeTargets,
 ) -> int:
     models, compile_seconds = load_models(plan, env)
-    procs: list[subprocess.Popen] = []
-    logs: list[Path] = []
+    local = [p for p in plan.places if p.node in targets.addresses]
+    ranks = _Ranks(local)
     workdir = Path(tempfile.mkdtemp(prefix="neuron-emulator-job-"))
     plan_path = workdir / "plan.json"
     try:
+        rdzv = _rendezvous(plan, targets)
+    except JobAborted as exc:
+        report_error(str(exc))
+        return 1
+    reporter = JobReporter(rdzv.job_id, targets, plan)
+    # wall clock <-> this host's monotonic clock (the ranks' times); the store carries wall times
+    offset = time.time() - time.monotonic()
+    try:
         write_plan(plan_document(plan, steps=steps, models=models, compile_seconds=compile_seconds), plan_path)
-        for place in plan.places:
+        for place in local:
             log = workdir / f"rank{place.rank}.log"
-            logs.append(log)
+            ranks.logs.append(log)
             rank_env = {
                 **env,
                 JOB_PLAN_ENV: str(plan_path),
+                JOB_ID_ENV: rdzv.job_id,
+                "NEURON_EMULATOR_ADDR": targets.addresses[place.node],
                 "RANK": str(place.rank),
                 "LOCAL_RANK": str(place.core),
+                "GROUP_RANK": str(place.node),
                 "WORLD_SIZE": str(plan.config.world),
                 "LOCAL_WORLD_SIZE": str(plan.config.ranks_per_node),
                 "NEURON_RT_VISIBLE_CORES": str(place.core),
                 "NEURON_PROCESS_TAG": env.get("NEURON_PROCESS_TAG") or f"{plan.model}-rank{place.rank}",
                 LAUNCHER_PID_ENV: str(os.getpid()),
             }
+            if targets.distributed:
+                rank_env.update(MASTER_ADDR=targets.master_addr, MASTER_PORT=str(targets.master_port))
             rank_env.pop("NEURON_RT_NUM_CORES", None)
             with open(log, "w") as err:
-                procs.append(
+                ranks.procs.append(
                     subprocess.Popen(
                         rank_command(plan.model, flags),
                         env=rank_env,
@@ -138,41 +237,80 @@ def _launch(
                         text=True,
                     )
                 )
-        if not _wait_ready(procs):
-            _kill_all(procs)
-            report_error(_first_error(logs) or "a rank exited before attaching to its NeuronCore")
+        if not _wait_ready(ranks.procs):
+            message = _first_error(ranks.logs) or "a rank exited before attaching to its NeuronCore"
+            rdzv.abort(f"node {sorted(targets.addresses)[0]}: {message}")
+            _kill_all(ranks.procs)
+            report_error(message)
             return 1
-        t0 = time.monotonic() + START_MARGIN_S
-        for p in procs:
-            assert p.stdin is not None
-            p.stdin.write(f"{t0!r}\n")
-            p.stdin.flush()
-        end = t0 + compile_seconds
+        t0 = rdzv.start() - offset
+        ranks.send(repr(t0))
+        start = t0 + compile_seconds
+        patience = peer_timeout()
         for step in range(1, steps + 1):
-            length = plan.first_timeline.step_seconds if step == 1 else plan.step_seconds
-            end += length
-            if not _sleep_watching(procs, end):
-                _kill_all(procs)
-                report_error(_first_error(logs) or "a rank stopped unexpectedly")
-                return 1
-            on_step(step, length)
-        # a rank on a slow core (docs/faults.md) ends later than the plan: wait for it, watching
-        while any(p.poll() is None for p in procs) and _sleep_watching(procs, time.monotonic() + 0.1):
-            pass
-        codes = [p.poll() or 0 for p in procs]
+            ends = ranks.collect(step)
+            end = rdzv.step_end(step, max(ends.values()) + offset, patience) - offset
+            reporter.step(step, start, end, ends)
+            on_step(step, end - start)
+            if step < steps:
+                ranks.send(f"go {end!r}")
+            start = end
+        deadline = time.monotonic() + 10
+        while any(p.poll() is None for p in ranks.procs) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        codes = [p.poll() or 0 for p in ranks.procs]
         if any(codes):
-            report_error(_first_error(logs) or f"a rank exited with status {max(codes)}")
+            report_error(_first_error(ranks.logs) or f"a rank exited with status {max(codes)}")
             return 1
+        rdzv.close()
         return 0
+    except _RankLost as lost:
+        cause = _first_error(ranks.logs) or _exit_text(lost.place, lost.code, targets)
+        rdzv.abort(cause)
+        return _fail_job(ranks, cause)
+    except JobAborted as exc:
+        return _fail_job(ranks, str(exc))
     finally:
-        _kill_all(procs)
-        for p in procs:
+        _kill_all(ranks.procs)
+        for p in ranks.procs:
             for stream in (p.stdin, p.stdout):
                 if stream is not None:
                     stream.close()
-        for path in [*logs, plan_path]:
+        for path in [*ranks.logs, plan_path]:
             path.unlink(missing_ok=True)
         workdir.rmdir()
+
+
+def _exit_text(place: RankPlace, code: int, targets: NodeTargets) -> str:
+    how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+    return f"rank {place.rank} (node {place.node}, nc{place.core}) {how}"
+
+
+def _fail_job(ranks: _Ranks, cause: str) -> int:
+    """A rank is gone: the others time out in their next collective (each reports it to its node
+    and exits with the runtime's error); one line for the cause, one per node for the rest."""
+    survivors = [i for i, p in enumerate(ranks.procs) if p.poll() is None]
+    ranks.send(f"abort {cause}", survivors)
+    deadline = time.monotonic() + 5
+    while any(ranks.procs[i].poll() is None for i in survivors) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    report_error(cause)
+    by_node: dict[int, list[int]] = {}
+    for i in survivors:
+        by_node.setdefault(ranks.places[i].node, []).append(ranks.places[i].rank)
+    for node, members in sorted(by_node.items()):
+        report_error(
+            f"node {node}: {len(members)} rank(s) ({_span(members)}) stopped with NRT_TIMEOUT "
+            "in their next collective"
+        )
+    return 1
+
+
+def _span(ranks: list[int]) -> str:
+    ranks = sorted(ranks)
+    if len(ranks) > 1 and ranks[-1] - ranks[0] == len(ranks) - 1:
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "rank " + ", ".join(map(str, ranks))
 
 
 def _wait_ready(procs: list[subprocess.Popen]) -> bool:
@@ -191,14 +329,3 @@ def _wait_ready(procs: list[subprocess.Popen]) -> bool:
                 return False
             del pending[fd]
     return True
-
-
-def _sleep_watching(procs: list[subprocess.Popen], until: float) -> bool:
-    """Sleep until ``until``; False as soon as a rank has exited with an error."""
-    while True:
-        if any(p.poll() not in (None, 0) for p in procs):
-            return False
-        remaining = until - time.monotonic()
-        if remaining <= 0:
-            return True
-        time.sleep(min(remaining, 0.5))

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from emulator.runtime.compile_cache import LoadedModel
 
 JOB_PLAN_ENV = "NEURON_EMULATOR_JOB_PLAN"
+JOB_ID_ENV = "NEURON_EMULATOR_JOB_ID"  # the job's id (docs/multinode.md), the same on every node
 FORMAT_VERSION = 1
 
 
@@ -67,10 +68,20 @@ def _grouped(costs: Sequence[CollectiveCost]) -> list[dict[str, Any]]:
     """A graph's collectives with identical ones folded into one entry and a ``count`` (a GPT
     layer stack repeats the same TP all-reduce a hundred times: one line each would make every
     replayed step's report, and the daemon's work, a hundred times larger)."""
-    counts = Counter((c.kind, c.nbytes, c.ranks, c.nodes, tuple(sorted(c.link_bytes.items()))) for c in costs)
+    counts = Counter(
+        (c.kind, c.nbytes, c.ranks, c.nodes, c.seconds, tuple(sorted(c.link_bytes.items()))) for c in costs
+    )
     return [
-        {"kind": kind, "bytes": nbytes, "ranks": ranks, "nodes": nodes, "count": n, "link_bytes": dict(links)}
-        for (kind, nbytes, ranks, nodes, links), n in counts.items()
+        {
+            "kind": kind,
+            "bytes": nbytes,
+            "ranks": ranks,
+            "nodes": nodes,
+            "count": n,
+            "seconds": seconds,
+            "link_bytes": dict(links),
+        }
+        for (kind, nbytes, ranks, nodes, seconds, links), n in counts.items()
     ]
 
 

@@ -48,17 +48,18 @@ def _wait_line(session: RuntimeSession, deadline: float | None) -> str | None:
     return line if line else None
 
 
-def _stdin_closed(session: RuntimeSession, until: float) -> bool:
-    """Sleep until ``until``; True as soon as stdin reaches its end (the launcher is gone).
-    Raises the runtime's error when it fails meanwhile."""
+def _sleep_listening(session: RuntimeSession, until: float) -> str | None:
+    """Sleep until ``until``; returns None then, ``""`` as soon as stdin reaches its end (the
+    launcher is gone), or a line the launcher sent meanwhile (an ``abort``). Raises the runtime's
+    error when it fails meanwhile."""
     while True:
         remaining = until - time.monotonic()
         if remaining <= 0:
-            return False
+            return None
         ready, _, _ = select.select([sys.stdin, session.failure_fd], [], [], remaining)
         session.raise_if_failed()
-        if ready and not sys.stdin.readline():
-            return True
+        if ready:
+            return sys.stdin.readline()
 
 
 def _resume(plan: RankPlan) -> dict[str, list[dict[str, Any]]] | None:
@@ -93,7 +94,7 @@ def _bodies(
         else:
             plan.loaded.add(slot.graph)
             counters["hits" if plan.cached else "misses"] += 1
-        device_seconds = graph.device_seconds * faults.slow_factor
+        device_seconds = (graph.device_seconds + efa_extra(graph.collectives, faults)) * faults.slow_factor
         bodies.append(
             {
                 "core": plan.core,
@@ -112,6 +113,17 @@ def _bodies(
         )
         delay += device_seconds - graph.device_seconds
     return bodies, delay
+
+
+def efa_extra(collectives: list[dict[str, Any]], faults: CoreFaults) -> float:
+    """The extra time of a graph's inter-node collectives when the node's EFA bandwidth is cut to
+    ``efa_bandwidth_factor`` (docs/faults.md): a collective that spans nodes is bound by its EFA
+    hop, so it takes 1/factor as long."""
+    factor = faults.efa_bandwidth_factor
+    if factor >= 1.0:
+        return 0.0
+    spans = (float(c.get("seconds", 0.0)) * int(c.get("count", 1)) for c in collectives if int(c.get("nodes", 1)) > 1)
+    return sum(spans) * (1.0 / factor - 1.0)
 
 
 def batches(bodies: list[dict[str, Any]], limit: int = REPLAY_BATCH_BYTES) -> Iterator[list[dict[str, Any]]]:
@@ -169,6 +181,10 @@ def _fail(
 
 
 def run(plan: RankPlan) -> int:
+    """Replay the steps in lockstep with the job (docs/multinode.md): after each step the rank
+    prints ``step N END`` (``time.monotonic()`` when its work ended) and waits for the launcher's
+    ``go START`` — the job-wide end of the step, when its slowest rank finished — or ``abort
+    WHY``: a peer is lost, and this rank's next collective times out."""
     session = attach()
     counters = {"hits": 0, "misses": 0}
     base = {"hits": 0, "misses": 0}
@@ -178,6 +194,8 @@ def run(plan: RankPlan) -> int:
     line = _wait_line(session, deadline=None)
     if line is None:
         return 0
+    if line.startswith("abort"):  # another node could not start its ranks
+        raise NeuronRuntimeError("NRT_TIMEOUT", f"rank {plan.rank}: the job did not start: {line[5:].strip()}")
     t0 = float(line)
     start = t0 + plan.compile_seconds  # every rank waits for the slowest stage's compile
     faults = NO_FAULTS
@@ -188,10 +206,41 @@ def run(plan: RankPlan) -> int:
         length = plan.first_step_seconds if step == 1 else plan.step_seconds
         bodies, delay = _bodies(plan, step, start, counters, base, faults)
         faults = _post(session, bodies, faults)
-        start += length + delay
-        if _stdin_closed(session, start):
-            return 0
+        end = start + length + delay
+        heard = _sleep_listening(session, end)
+        if heard is None:
+            print(f"step {step} {end!r}", flush=True)
+            if step == plan.steps:
+                break
+            heard = _wait_line(session, deadline=None) or ""
+        if not heard:
+            return 0  # the launcher is gone
+        word, _, rest = heard.strip().partition(" ")
+        if word == "abort":
+            compile_cache = {k: counters[k] - base[k] for k in ("hits", "misses")}
+            raise _timed_out(session, plan, step + 1, rest, compile_cache)
+        start = max(end, float(rest))
     return 0
+
+
+def _timed_out(
+    session: RuntimeSession, plan: RankPlan, step: int, why: str, compile_cache: dict[str, int]
+) -> NeuronRuntimeError:
+    """A peer is gone: this rank's next step blocks in its first collective until the runtime's
+    timeout; the execution is reported ``timed_out`` (error_summary ``runtime``) and the rank ends
+    with the runtime's error."""
+    now = time.monotonic()
+    first = plan.graphs[plan.slots(first=False)[0].graph]
+    body = {
+        **failed_execution(plan.core, now, 0.0, {"model": first.model, "compile_cache": compile_cache}),
+        "outcome": "timed_out",
+        "memory": {"core": plan.memory, "peak": plan.peak},
+    }
+    body.pop("error", None)
+    _post(session, [body], NO_FAULTS)
+    return NeuronRuntimeError(
+        "NRT_TIMEOUT", f"rank {plan.rank}: step {step} on nc{plan.core}: a collective timed out: {why}"
+    )
 
 
 def main() -> int:

@@ -29,6 +29,7 @@ class ParallelReport:
         self.steps = steps
         self.out = out or sys.stdout
         self.every = min(10, max(1, steps // 10))
+        self.lengths: dict[int, float] = {}  # step -> its length as the job ran it (lockstep)
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -47,6 +48,7 @@ class ParallelReport:
         )
 
     def step(self, step: int, seconds: float) -> None:
+        self.lengths[step] = seconds
         if not (step == 1 or step % self.every == 0 or step == self.steps):
             return
         rate = self.plan.config.global_batch / seconds
@@ -56,23 +58,44 @@ class ParallelReport:
         )
 
     def summary(self) -> None:
-        for line in summary_lines(self.plan, self.steps):
+        steady = [s for step, s in self.lengths.items() if step > 1]
+        measured = sum(steady) / len(steady) if steady else None
+        for line in summary_lines(self.plan, self.steps, measured):
             self._print(line)
 
 
-def summary_lines(plan: JobPlan, steps: int) -> list[str]:
+# a run's steady step this much longer than planned was slowed by a fault (docs/faults.md)
+SLOWED = 1.001
+
+
+def summary_lines(plan: JobPlan, steps: int, measured_step: float | None = None) -> list[str]:
+    """``measured_step``: the mean steady step as the job ran it; shown when faults (a slow core,
+    cut EFA bandwidth) made it longer than the plan's."""
     lines = [f"{plan.model}: {steps} steps, {plan.config.world} ranks, {plan.config.describe()}"]
 
     def row(label: str, text: str) -> None:
         lines.append(f"  {label:<17}{text}")
 
     unit = plan.sample_unit
-    row("throughput", f"{plan.samples_per_second:,.1f} {unit}/s simulated, steady steps")
-    row(
-        "step time",
-        f"{format_seconds(plan.step_seconds)} simulated "
-        f"(first step {format_seconds(plan.first_timeline.step_seconds)})",
-    )
+    slowed = measured_step is not None and measured_step > plan.step_seconds * SLOWED
+    if slowed and measured_step is not None:
+        rate = plan.config.global_batch / measured_step
+        row(
+            "throughput",
+            f"{rate:,.1f} {unit}/s simulated, steady steps as run "
+            f"(planned {plan.samples_per_second:,.1f}: faults slowed the job)",
+        )
+        row(
+            "step time",
+            f"{format_seconds(measured_step)} simulated as run (planned {format_seconds(plan.step_seconds)})",
+        )
+    else:
+        row("throughput", f"{plan.samples_per_second:,.1f} {unit}/s simulated, steady steps")
+        row(
+            "step time",
+            f"{format_seconds(plan.step_seconds)} simulated "
+            f"(first step {format_seconds(plan.first_timeline.step_seconds)})",
+        )
     row("MFU", f"{plan.mfu * 100:.1f} % (6 x parameters x tokens/s over the cores' BF16 peak)")
     for s in sorted(plan.stages):
         label = "utilization" if plan.config.pp == 1 else f"stage {s}"

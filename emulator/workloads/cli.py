@@ -51,9 +51,10 @@ def add_subcommands(subparsers: Any) -> dict[str, Handler]:
     add_training_arguments(run)
     run.add_argument("--cores", metavar="SPEC", help="NeuronCores to use, e.g. 0, 0-3 or 0,1 (NEURON_RT_VISIBLE_CORES)")
     run.add_argument("--nproc", metavar="N", help="data-parallel processes via torchrun, one core each (default 1)")
-    from emulator.parallel.cli import add_bench_arguments, add_parallel_arguments, cmd_bench
+    from emulator.parallel.cli import add_bench_arguments, add_multinode_arguments, add_parallel_arguments, cmd_bench
 
     add_parallel_arguments(run)
+    add_multinode_arguments(run)
     subparsers.add_parser("workloads", help="list the built-in workloads", description="List the built-in workloads.")
     bench = subparsers.add_parser(
         "bench",
@@ -289,19 +290,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_model_scale(args: argparse.Namespace) -> int:
-    """A model-scale model: plan the parallel job, then replay it on every core it uses."""
+    """A model-scale model: plan the parallel job, then replay it on every core it uses (on the
+    nodes of ``--nodes``: docs/multinode.md)."""
+    from emulator.parallel.cli import cmd_run_parallel, node_targets
+    from emulator.parallel.plan import ConfigError
+
     try:
         for flag in ("cores", "nproc", "lr"):
             if getattr(args, flag, None) is not None:
                 raise ArgumentError(
                     f"--{flag}: model-scale jobs are laid out with --tp/--pp/--dp and take every core they need"
                 )
-        status = _daemon_status()
-    except ArgumentError as exc:
+        targets = node_targets(args)
+        if targets.instance_type is not None:  # a cluster's nodes: its instance type
+            instance_type = targets.instance_type
+        else:
+            instance_type = str(_daemon_status().get("instance_type", "trn1.2xlarge"))
+    except (ArgumentError, ConfigError) as exc:
         return _fail(str(exc))
-    from emulator.parallel.cli import cmd_run_parallel
-
-    return cmd_run_parallel(args, str(status.get("instance_type", "trn1.2xlarge")))
+    return cmd_run_parallel(args, instance_type, targets)
 
 
 def workload_lines(workloads: Mapping[str, WorkloadSpec] = WORKLOADS) -> list[str]:

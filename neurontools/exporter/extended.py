@@ -34,6 +34,7 @@ from neurontools.report.schema import (
     HW_COUNTER_KEYS,
     VCPU_FIELDS,
 )
+from neurontools.report.snapshot_models import JobCounters
 
 Sample = tuple[tuple[str, ...], Any]  # label values in the family's label order, value
 Sampler = Callable[[CollectedState], list[Sample]]
@@ -139,6 +140,23 @@ def _collective_operations(state: CollectedState) -> list[Sample]:
     return [((k,), state.totals.collective_operations.get(k, 0)) for k in LINK_TYPES]
 
 
+def _collective_seconds(state: CollectedState) -> list[Sample]:
+    return [((k,), state.totals.collective_seconds.get(k, 0.0)) for k in LINK_TYPES]
+
+
+def _jobs(get: Callable[[JobCounters], float]) -> Sampler:
+    """A ``neuron_job_*`` family: the daemon's counters of each job as they are (docs/multinode.md)."""
+
+    def sample(state: CollectedState) -> list[Sample]:
+        return [] if state.snapshot is None else [((j.job_id,), get(j)) for j in state.snapshot.jobs]
+
+    return sample
+
+
+def _efa_factor(state: CollectedState) -> list[Sample]:
+    return [] if state.snapshot is None else [((), state.snapshot.efa_bandwidth_factor)]
+
+
 def _runtime_processes(state: CollectedState) -> list[Sample]:
     return [] if state.snapshot is None else [((), len(state.snapshot.runtime_processes))]
 
@@ -213,6 +231,12 @@ SAMPLERS: dict[Quantity, Sampler] = {
     fields.COMPILE_CACHE_MISSES_TOTAL: lambda s: [((), s.totals.compile_misses)],
     fields.COLLECTIVE_BYTES_TOTAL: _collective_bytes,
     fields.COLLECTIVE_OPERATIONS_TOTAL: _collective_operations,
+    fields.COLLECTIVE_SECONDS_TOTAL: _collective_seconds,
+    fields.JOB_STEPS_TOTAL: _jobs(lambda j: j.steps),
+    fields.JOB_STEP_SECONDS_TOTAL: _jobs(lambda j: j.step_seconds),
+    fields.JOB_SAMPLES_TOTAL: _jobs(lambda j: j.samples),
+    fields.COLLECTIVE_WAIT_SECONDS_TOTAL: _jobs(lambda j: j.wait_seconds),
+    fields.EFA_BANDWIDTH_FACTOR: _efa_factor,
     fields.RUNTIME_PROCESSES: _runtime_processes,
     fields.ECC_EVENTS_TOTAL: _ecc,
     fields.HOST_CPU_SECONDS: _host_cpu,

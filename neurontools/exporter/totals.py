@@ -31,6 +31,7 @@ class Totals:
     compile_misses: int = 0
     collective_bytes: Mapping[str, int] = field(default_factory=lambda: dict.fromkeys(LINK_TYPES, 0))
     collective_operations: Mapping[str, int] = field(default_factory=lambda: dict.fromkeys(LINK_TYPES, 0))
+    collective_seconds: Mapping[str, float] = field(default_factory=lambda: dict.fromkeys(LINK_TYPES, 0.0))
     ecc: Mapping[tuple[int, str], int] = field(default_factory=dict)  # (device, event type) -> count
     host_cpu: Mapping[str, float] = field(default_factory=dict)  # mode -> seconds, all vCPUs
     latency_buckets: tuple[int, ...] = (0,) * (len(LATENCY_BUCKETS) + 1)  # per bucket, last is +Inf
@@ -77,6 +78,7 @@ class Accumulator:
         hits, misses = t.compile_hits + inc.compile_hits, t.compile_misses + inc.compile_misses
         col_bytes = {k: v + inc.collective_bytes[k] for k, v in t.collective_bytes.items()}
         col_ops = {k: v + inc.collective_operations[k] for k, v in t.collective_operations.items()}
+        col_seconds = {k: v + inc.collective_seconds[k] for k, v in t.collective_seconds.items()}
         buckets, lat_sum = list(t.latency_buckets), t.latency_sum
         if cur.latency_log:  # every execution of every process, each observed once by sequence
             if cur.latency_log[-1][0] < self._last_seq:  # the daemon restarted: numbering began again
@@ -117,6 +119,7 @@ class Accumulator:
             compile_misses=misses,
             collective_bytes=col_bytes,
             collective_operations=col_ops,
+            collective_seconds=col_seconds,
             ecc=ecc,
             host_cpu=host_cpu,
             latency_buckets=tuple(buckets),

@@ -248,6 +248,43 @@ COLLECTIVE_OPERATIONS_TOTAL = Quantity(
     "Collective operations by link type",
     prometheus=Prometheus("neuron_collective_operations_total", COUNTER, ("link_type",)),
 )
+COLLECTIVE_SECONDS_TOTAL = Quantity(
+    "collective_seconds_total",
+    SECONDS,
+    "Simulated time of collectives by link type (on EFA when they span nodes)",
+    prometheus=Prometheus("neuron_collective_seconds_total", COUNTER, ("link_type",)),
+)
+# -- training jobs on the node (docs/multinode.md): the daemon's counters as they are -------------
+JOB_STEPS_TOTAL = Quantity(
+    "job_steps_total",
+    NO_UNIT,
+    "Training steps of the job completed by this node's ranks",
+    prometheus=Prometheus("neuron_job_steps_total", COUNTER, ("job_id",)),
+)
+JOB_STEP_SECONDS_TOTAL = Quantity(
+    "job_step_seconds_total",
+    SECONDS,
+    "This node's own time for the job's steps, without waiting for other nodes",
+    prometheus=Prometheus("neuron_job_step_seconds_total", COUNTER, ("job_id",)),
+)
+JOB_SAMPLES_TOTAL = Quantity(
+    "job_samples_total",
+    NO_UNIT,
+    "Sequences the whole job trained in the steps this node completed",
+    prometheus=Prometheus("neuron_job_samples_total", COUNTER, ("job_id",)),
+)
+COLLECTIVE_WAIT_SECONDS_TOTAL = Quantity(
+    "collective_wait_seconds_total",
+    SECONDS,
+    "Time this node's ranks waited in collectives for slower ranks, summed over the ranks",
+    prometheus=Prometheus("neuron_collective_wait_seconds_total", COUNTER, ("job_id",)),
+)
+EFA_BANDWIDTH_FACTOR = Quantity(
+    "efa_bandwidth_factor",
+    RATIO,
+    "EFA bandwidth factor of the node (1 healthy; lower under 'neuron-emulator fault efa')",
+    prometheus=Prometheus("neuron_efa_bandwidth_factor", GAUGE),
+)
 RUNTIME_PROCESSES = Quantity(
     "runtime_processes",
     NO_UNIT,
@@ -350,6 +387,12 @@ EXTENDED_METRICS: tuple[Quantity, ...] = (
     COMPILE_CACHE_MISSES_TOTAL,
     COLLECTIVE_BYTES_TOTAL,
     COLLECTIVE_OPERATIONS_TOTAL,
+    COLLECTIVE_SECONDS_TOTAL,
+    JOB_STEPS_TOTAL,
+    JOB_STEP_SECONDS_TOTAL,
+    JOB_SAMPLES_TOTAL,
+    COLLECTIVE_WAIT_SECONDS_TOTAL,
+    EFA_BANDWIDTH_FACTOR,
     RUNTIME_PROCESSES,
     ECC_EVENTS_TOTAL,
     HOST_CPU_SECONDS,

@@ -120,6 +120,7 @@ class Counts:
     compile_misses: int
     collective_bytes: Mapping[str, int]  # LINK_TYPES
     collective_operations: Mapping[str, int]
+    collective_seconds: Mapping[str, float]
 
     @classmethod
     def between(cls, now: ProcessSnapshot, before: ProcessSnapshot | None) -> Counts:
@@ -134,6 +135,10 @@ class Counts:
             compile_misses=_increase(now.compile_cache, before and before.compile_cache, "misses"),
             collective_bytes={link: _increase(n, b, "bytes") for link, n, b in collectives},
             collective_operations={link: _increase(n, b, "operations") for link, n, b in collectives},
+            collective_seconds={
+                link: float(counter_delta(n.seconds, b.seconds if b is not None else None))
+                for link, n, b in collectives
+            },
         )
 
 
@@ -286,6 +291,9 @@ class Period:
         def total(get: Callable[..., int]) -> int:
             return max(sum(get(c) for c in parts) - sum(get(c) for c in gone), 0)
 
+        def seconds(get: Callable[..., float]) -> float:
+            return max(sum(get(c) for c in parts) - sum(get(c) for c in gone), 0.0)
+
         return Counts(
             executions={k: total(lambda c, k=k: c.executions[k]) for k in EXECUTION_SUMMARY_KEYS},
             errors={k: total(lambda c, k=k: c.errors[k]) for k in ERROR_SUMMARY_KEYS},
@@ -293,6 +301,7 @@ class Period:
             compile_misses=total(lambda c: c.compile_misses),
             collective_bytes={k: total(lambda c, k=k: c.collective_bytes[k]) for k in LINK_TYPES},
             collective_operations={k: total(lambda c, k=k: c.collective_operations[k]) for k in LINK_TYPES},
+            collective_seconds={k: seconds(lambda c, k=k: c.collective_seconds[k]) for k in LINK_TYPES},
         )
 
     @cached_property

@@ -115,6 +115,7 @@ class CompileCache:
 class CollectiveCounters:
     bytes: Integer = 0
     operations: Integer = 0
+    seconds: Number = 0.0  # simulated time of the collectives (absent from older daemons)
 
 
 @dataclass(frozen=True)
@@ -308,6 +309,17 @@ class DeviceCounters:
 
 
 @dataclass(frozen=True)
+class JobCounters:
+    """A training job's steps on this node, as its launcher reported them (docs/multinode.md)."""
+
+    job_id: Text
+    steps: Integer  # steps the node's ranks completed
+    step_seconds: Number  # their own time for those steps (start to the last of them done)
+    wait_seconds: Number  # time they then waited for slower ranks, summed over the ranks
+    samples: Integer  # sequences the whole job trained in those steps
+
+
+@dataclass(frozen=True)
 class Snapshot:
     time: Number  # daemon wall clock
     monotonic: Number  # daemon monotonic clock: periods are computed from this one
@@ -320,6 +332,10 @@ class Snapshot:
     # absent from older daemons
     retired: RuntimeProcess | None = None
     latency_log: tuple[LoggedLatency, ...] = ()
+    # training jobs on the node and the node's EFA bandwidth factor (docs/faults.md); absent
+    # from older daemons
+    jobs: tuple[JobCounters, ...] = ()
+    efa_bandwidth_factor: Number = 1.0
 
     def process(self, pid: int) -> ProcessSnapshot | None:
         return self._by_pid.get(pid)

@@ -154,7 +154,7 @@ def test_a_slow_node_slows_the_whole_job_and_its_peers_wait(cluster2: Cluster, c
     job = max(job_series(cluster2, 0, "neuron_job_steps_total"))
     wait = [job_series(cluster2, n, "neuron_collective_wait_seconds_total")[job] for n in (0, 1)]
     own = [job_series(cluster2, n, "neuron_job_step_seconds_total")[job] for n in (0, 1)]
-    assert wait[0] > 1.0 and wait[1] < 0.01  # the healthy node waits, the straggler does not
+    assert wait[0] > 0.8 and wait[1] < 0.01  # the healthy node waits, the straggler does not
     assert own[1] > 2 * own[0]  # and its own step time points at it (step 1 ran before the fault was known)
 
 

@@ -158,7 +158,7 @@ class JobStepBody(BaseModel):
 
     step: int = Field(ge=1, le=MAX_COUNT)
     step_seconds: Seconds = Field(description="the node's ranks' own time for the step (start to the last done)")
-    wait_seconds: Seconds = Field(description="time the node's ranks then waited for slower ranks, summed")
+    wait_seconds: Seconds = Field(description="time the node then waited for slower nodes to end the step")
     samples: Count = Field(description="sequences the whole job trained in the step (its global batch)")
     ranks: int = Field(ge=1, le=1_000_000, description="the job's ranks on this node")
 

@@ -4,8 +4,9 @@ For every node it drives, after every step (docs/multinode.md):
 
 - ``step_seconds``: how long the node's own ranks took — from the step's common start to the last
   of them ending it (their replayed device work, slow cores included), without waiting for others;
-- ``wait_seconds``: the time the node's ranks then waited for the job's slowest rank, summed over
-  them (in a real job: blocked in the step's collectives);
+- ``wait_seconds``: the time the node then waited for the job's slowest node until the step
+  ended for everyone (in a real job: blocked in the step's collectives), so ``step_seconds +
+  wait_seconds`` is the job's step time on every node;
 - ``samples``: the step's global batch (sequences the whole job trained in the step).
 
 The daemon keeps them per job as counters (``neuron_job_*`` in neuron-exporter). A daemon that
@@ -51,7 +52,7 @@ class JobReporter:
             body = {
                 "step": step,
                 "step_seconds": max(0.0, max(ends) - start),
-                "wait_seconds": sum(max(0.0, end - e) for e in ends),
+                "wait_seconds": max(0.0, end - max(ends)),
                 "samples": self.samples,
                 "ranks": len(ends),
             }

@@ -276,7 +276,7 @@ JOB_SAMPLES_TOTAL = Quantity(
 COLLECTIVE_WAIT_SECONDS_TOTAL = Quantity(
     "collective_wait_seconds_total",
     SECONDS,
-    "Time this node's ranks waited in collectives for slower ranks, summed over the ranks",
+    "Time this node waited in collectives for slower nodes (its step time plus this is the job's)",
     prometheus=Prometheus("neuron_collective_wait_seconds_total", COUNTER, ("job_id",)),
 )
 EFA_BANDWIDTH_FACTOR = Quantity(

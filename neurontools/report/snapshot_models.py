@@ -315,7 +315,7 @@ class JobCounters:
     job_id: Text
     steps: Integer  # steps the node's ranks completed
     step_seconds: Number  # their own time for those steps (start to the last of them done)
-    wait_seconds: Number  # time they then waited for slower ranks, summed over the ranks
+    wait_seconds: Number  # time the node then waited for slower nodes (step_seconds + this = job's)
     samples: Integer  # sequences the whole job trained in those steps
 
 

@@ -5,11 +5,16 @@
 - the compatible dashboard is the official one of docs/reference/neuron-monitor-prometheus.md
   §Official Grafana dashboard: uid, panels, ids, queries, legends, units, layout;
 - our fleet dashboard and the alerts use only metric names the exporters serve (fields.py, the
-  §Metrics table of that page, ``up``), and every fleet query honours the dashboard's template variables.
+  §Metrics table of that page, ``up``) or that dashboards/README.md §Fleet metrics promises (the job and
+  EFA families a cluster node adds; once fields.py has one, type and labels must agree), and every fleet
+  query honours the dashboard's template variables;
+- the fleet dashboard's job and node panels compute the right numbers on cluster-shaped series, and the
+  cluster scrape configuration (file_sd, job neuron-cluster) is the one the fleet alerts select.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -19,20 +24,37 @@ from pathlib import Path
 
 import pytest
 
-from neurontools.exporter.fields import FAMILIES, PER_PROCESS_FAMILIES
+from neurontools.exporter.fields import BY_NAME, FAMILIES, PER_PROCESS_FAMILIES
 
 ROOT = Path(__file__).resolve().parent.parent
 DASH = ROOT / "dashboards"
 COMPAT_JSON = DASH / "neuron-monitor.json"
 FLEET_JSON = DASH / "trn1-fleet.json"
-ALERTS = DASH / "alerts.yml"
-ALERT_NAMES = (
+ALERTS = DASH / "alerts.yml"  # per host; tests/test_prometheus_e2e.py fires each of them on one host
+FLEET_RULES = DASH / "fleet-alerts.yml"  # cluster nodes and jobs
+RULE_FILES = (ALERTS, FLEET_RULES)
+README = DASH / "README.md"
+CLUSTER_CONFIG = DASH / "prometheus-cluster.yml"
+ALERT_TESTS = (DASH / "tests" / "alerts_test.yml", DASH / "tests" / "fleet_alerts_test.yml")
+HOST_ALERTS = (
     "NeuronCoreIdleWhileHeld",
     "NeuronHBMUsageHigh",
     "NeuronExecutionErrors",
     "NeuronUncorrectedECC",
     "NeuronExporterDown",
 )
+FLEET_ALERTS = (
+    "NeuronJobStalled",
+    "NeuronStragglerNode",
+    "NeuronNodeExporterDown",
+    "NeuronNodeDaemonDown",
+    "NeuronHardwareErrors",
+    "NeuronEFADegraded",
+)
+ALERT_NAMES = HOST_ALERTS + FLEET_ALERTS
+CLUSTER_JOB = "neuron-cluster"  # the scrape job of prometheus-cluster.yml, selected by the node alerts
+# Labels Prometheus attaches to every series of a cluster node (file_sd target labels, docs/cluster.md).
+TARGET_LABELS = frozenset({"job", "instance", "node", "instance_id", "placement_group"})
 
 # The official neuron-monitor-prometheus metric names (docs/reference/neuron-monitor-prometheus.md §Metrics).
 COMPAT_METRICS = frozenset(
@@ -77,6 +99,18 @@ def _exposed_names() -> dict[str, frozenset[str]]:
 
 EXTENDED = _exposed_names()
 
+
+def _fleet_contract() -> dict[str, tuple[str, frozenset[str]]]:
+    """dashboards/README.md §Fleet metrics: metric name -> (type, label names)."""
+    section = README.read_text().split("\n## Fleet metrics\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \| (counter|gauge) \|([^|]*)\|", section, re.M)
+    return {name: (kind, frozenset(re.findall(r"`(\w+)`", labels))) for name, kind, labels in rows}
+
+
+CONTRACT = _fleet_contract()
+# every series name a dashboard or alert may read, with the label names its family has
+KNOWN = {**{name: labels for name, (_, labels) in CONTRACT.items()}, **EXTENDED}
+
 # ------------------------------------------------------------------------------------------------ promtool
 
 
@@ -114,8 +148,25 @@ def test_missing_promtool_fails_in_ci_and_skips_elsewhere(monkeypatch: pytest.Mo
 def test_prometheus_config_is_valid_and_rule_files_resolve() -> None:
     proc = _run_promtool("check", "config", DASH / "prometheus.yml")
     _assert_ok(proc)
-    assert "SUCCESS: 1 rule files found" in proc.stdout + proc.stderr
+    assert "SUCCESS: 2 rule files found" in proc.stdout + proc.stderr
     assert "alerts.yml" in proc.stdout + proc.stderr
+    assert "fleet-alerts.yml" in proc.stdout + proc.stderr
+
+
+def test_cluster_prometheus_config_is_valid_and_reads_the_cluster_targets() -> None:
+    proc = _run_promtool("check", "config", CLUSTER_CONFIG)
+    _assert_ok(proc)
+    assert "SUCCESS: 2 rule files found" in proc.stdout + proc.stderr
+    text = CLUSTER_CONFIG.read_text()
+    assert re.findall(r"job_name:\s*(\S+)", text) == [CLUSTER_JOB]
+    assert re.search(r"^\s+honor_labels: true$", text, re.M)
+    patterns = re.findall(r"^\s+- (\S+\.json)$", text, re.M)
+    # the default place of docs/cluster.md (uid 1000), and dashboards/targets/ for --file-sd
+    default = "/run/user/1000/neuron-emulator-cluster/file_sd.json"
+    assert default in (ROOT / "docs" / "cluster.md").read_text()
+    assert any(fnmatch.fnmatch(default, p) for p in patterns), patterns
+    assert any(fnmatch.fnmatch(str(DASH / "targets" / "cluster.json"), str(DASH / p)) for p in patterns), patterns
+    assert (DASH / "targets" / ".gitignore").is_file()
 
 
 def test_prometheus_config_jobs_and_ports() -> None:
@@ -129,11 +180,15 @@ def test_prometheus_config_jobs_and_ports() -> None:
 
 
 def test_alert_rules_are_valid() -> None:
-    _assert_ok(_run_promtool("check", "rules", ALERTS))
+    _assert_ok(_run_promtool("check", "rules", *RULE_FILES))
+
+
+def _rules_text() -> str:
+    return "\n".join(path.read_text() for path in RULE_FILES)
 
 
 def _alert_blocks() -> dict[str, str]:
-    text = ALERTS.read_text()
+    text = _rules_text()
     parts = re.split(r"^\s*- alert:\s*", text, flags=re.M)[1:]
     return {part.split("\n", 1)[0].strip(): part for part in parts}
 
@@ -141,6 +196,7 @@ def _alert_blocks() -> dict[str, str]:
 def test_every_alert_has_for_severity_and_annotations() -> None:
     blocks = _alert_blocks()
     assert tuple(blocks) == ALERT_NAMES
+    assert re.findall(r"^\s+- alert:\s*(\S+)", ALERTS.read_text(), re.M) == list(HOST_ALERTS)
     for name, block in blocks.items():
         assert re.search(r"^\s+for:\s*\d+[smh]\s*$", block, re.M), name
         assert re.search(r"^\s+severity:\s*(warning|critical)\s*$", block, re.M), name
@@ -149,14 +205,31 @@ def test_every_alert_has_for_severity_and_annotations() -> None:
 
 
 def test_alert_unit_tests_pass_and_cover_every_alert() -> None:
-    test_file = DASH / "tests" / "alerts_test.yml"
-    proc = _run_promtool("test", "rules", test_file)
+    assert sorted((DASH / "tests").glob("*.yml")) == sorted(ALERT_TESTS)
+    proc = _run_promtool("test", "rules", *ALERT_TESTS)
     _assert_ok(proc)
-    assert "SUCCESS" in proc.stdout
-    text = test_file.read_text()
+    assert proc.stdout.count("SUCCESS") == len(ALERT_TESTS)
+    text = "\n".join(path.read_text() for path in ALERT_TESTS)
     for name in ALERT_NAMES:
         # each alert is evaluated at least once with an expected firing alert
         assert re.search(rf"alertname: {name}\n\s+exp_alerts:\n\s+- exp_labels:", text), name
+    fleet = ALERT_TESTS[1].read_text()
+    for name in FLEET_ALERTS:
+        # ... and, for the fleet rules, at least once where it must not (yet) fire
+        assert re.search(rf"alertname: {name}\n\s+exp_alerts: \[\]", fleet), name
+
+
+def test_fleet_alerts_select_cluster_targets_and_name_the_node() -> None:
+    blocks = _alert_blocks()
+    assert f'up{{job="{CLUSTER_JOB}"}} == 0' in blocks["NeuronNodeExporterDown"]
+    assert f'neuron_exporter_source_up{{job="{CLUSTER_JOB}"}} == 0' in blocks["NeuronNodeDaemonDown"]
+    # the single-host rule leaves cluster nodes to the node rules (no alert twice)
+    assert f'neuron_exporter_source_up{{job!="{CLUSTER_JOB}"}} == 0' in blocks["NeuronExporterDown"]
+    for name in FLEET_ALERTS:
+        summary = re.search(r"^\s+summary: (.*)$", blocks[name], re.M)
+        assert summary, name
+        wanted = "$labels.job_id" if name == "NeuronJobStalled" else "$labels.node"
+        assert wanted in summary.group(1), name
 
 
 # ------------------------------------------------------------------------------------------------ PromQL
@@ -442,7 +515,7 @@ def test_compatible_dashboard_uses_only_official_metric_names() -> None:
 
 def _alert_expressions() -> list[str]:
     exprs = []
-    lines = ALERTS.read_text().splitlines()
+    lines = _rules_text().splitlines()
     for i, line in enumerate(lines):
         m = re.match(r"(\s*)expr:\s*(.*)$", line)
         if not m:
@@ -466,18 +539,39 @@ def test_alert_expressions_are_found() -> None:
     # both sources of each condition, as the alerts promise
     assert {"neuron_executions_total", "execution_errors_total", "neuron_ecc_events_total"} <= names
     assert {"hardware_ecc_events_total", "up", "neuron_exporter_source_up", "neuroncore_in_use"} <= names
+    assert {"neuron_execution_errors_total", "neuroncore_busy_seconds_total", "neuron_collective_bytes_total"} <= names
 
 
-@pytest.mark.parametrize("source", ["trn1-fleet.json", "alerts.yml"])
+def test_fleet_contract_is_documented_and_agrees_with_fields() -> None:
+    """The README's contract names the new families; where fields.py already has one, they agree."""
+    assert set(CONTRACT) == {
+        "neuron_collective_seconds_total",
+        "neuron_job_steps_total",
+        "neuron_job_step_seconds_total",
+        "neuron_job_samples_total",
+        "neuron_collective_wait_seconds_total",
+        "neuron_efa_bandwidth_factor",
+    }
+    for name, (kind, labels) in CONTRACT.items():
+        assert name not in COMPAT_METRICS, name
+        assert (kind == "counter") == name.endswith("_total"), name
+        family = BY_NAME.get(name)
+        if family is not None:  # implemented: the contract is what the exporter serves
+            assert (family.kind, frozenset(family.labels)) == (kind, labels), name
+    used = {n for e in _all_expressions(_load(FLEET_JSON)) + _alert_expressions() for n, _ in selectors(e)}
+    assert set(CONTRACT) <= used, set(CONTRACT) - used  # no stale row
+
+
+@pytest.mark.parametrize("source", ["trn1-fleet.json", "alert rules"])
 def test_metric_names_are_exported(source: str) -> None:
     exprs = _all_expressions(_load(FLEET_JSON)) if source.endswith(".json") else _alert_expressions()
     names = {name for expr in exprs for name, _ in selectors(expr)}
-    unknown = names - set(EXTENDED) - COMPAT_METRICS - {"up"}
+    unknown = names - set(KNOWN) - COMPAT_METRICS - {"up"}
     assert not unknown, f"{source} uses metric names no exporter serves: {sorted(unknown)}"
-    for expr in exprs:  # label names used in matchers exist on the family
+    for expr in exprs:  # label names used in matchers exist on the family or the scrape target
         for name, matchers in selectors(expr):
-            if name in EXTENDED:
-                allowed = EXTENDED[name] | {"instance", "job"}
+            if name in KNOWN:
+                allowed = KNOWN[name] | TARGET_LABELS
                 assert set(matchers) <= allowed, f"{name}: {sorted(set(matchers) - allowed)} in {expr!r}"
 
 
@@ -486,24 +580,28 @@ def test_fleet_dashboard_variables_and_schema() -> None:
     assert d["schemaVersion"] >= 39
     assert d["uid"] != "EqWNYf5Mz"
     variables = {v["name"]: v for v in d["templating"]["list"]}
-    assert list(variables) == ["instance", "neuron_device", "neuroncore"]
+    assert list(variables) == list(FILTER_LABELS)
     for var in variables.values():
         assert var["type"] == "query" and var["multi"] and var["includeAll"], var["name"]
+        assert var["allValue"] == ".*", var["name"]  # also matches series without the label (a single host)
+    node_query = variables["node"]["query"]["query"]
+    m = re.fullmatch(r"label_values\((\w+), node\)", node_query)
+    assert m and m.group(1) in EXTENDED, node_query
     instance_query = variables["instance"]["query"]["query"]
-    m = re.fullmatch(r"label_values\((\w+), instance\)", instance_query)
-    assert m and m.group(1) in EXTENDED, instance_query
+    assert instance_query == f'label_values({m.group(1)}{{node=~"$node"}}, instance)', instance_query
     types = {p["type"] for p in _panels(d)}
     assert types <= {"row", "timeseries", "stat", "gauge", "table"}, types
 
 
-FILTER_LABELS = ("instance", "neuron_device", "neuroncore")  # the fleet dashboard's variables, in order
+# the fleet dashboard's variables, in order
+FILTER_LABELS = ("node", "instance", "neuron_device", "neuroncore", "job_id")
 
 
 def _unfiltered(expr: str, labels: tuple[str, ...]) -> list[str]:
     """'metric: label' for each selector in expr lacking label=~"$label" although its family has the label."""
     missing = []
     for name, matchers in selectors(expr):
-        has = EXTENDED.get(name, frozenset()) | {"instance"}
+        has = KNOWN.get(name, frozenset()) | {"instance", "node"}  # target labels on every series
         missing += [f"{name}: {lab}" for lab in labels if lab in has and matchers.get(lab) != ("=~", f"${lab}")]
     return missing
 
@@ -538,6 +636,14 @@ def test_fleet_dashboard_covers_the_brief() -> None:
         "neuron_host_memory_used_bytes{",
         "up{",
         "neuron_exporter_source_up{",
+        # job and node views (issue 12): throughput, per-node step time and wait, EFA, HBM headroom, straggler
+        "max by (job_id) (rate(neuron_job_samples_total{",
+        "rate(neuron_job_step_seconds_total{",
+        "rate(neuron_collective_wait_seconds_total{",
+        'rate(neuron_collective_bytes_total{node=~"$node", instance=~"$instance", link_type="efa"}',
+        "neuron_efa_bandwidth_factor{",
+        "min without (neuron_device) (neurondevice_hbm_total_bytes{",
+        "topk by (job_id) (1, ",
     ):
         assert needle in joined, needle
     hbm = [p for p in _panels(d) if "neurondevice_hbm_total_bytes" in json.dumps(p.get("targets"))]
@@ -607,8 +713,8 @@ FLEET_EXPECTED = {
 }
 
 
-def test_fleet_queries_compute_the_right_numbers(tmp_path: Path) -> None:
-    """The fleet dashboard's own queries, evaluated by promtool on exporter-shaped series."""
+def _evaluate_fleet_queries(tmp_path: Path, series: dict[str, str], expected: dict) -> None:
+    """Evaluates the fleet dashboard's own queries with promtool at 10 m on the given input series."""
     d = _load(FLEET_JSON)
     variables = {v["name"] for v in d["templating"]["list"]}
     exprs = {(p["title"], t["refId"]): _concrete(t["expr"], variables) for p, t in _targets(d)}
@@ -618,7 +724,7 @@ def test_fleet_queries_compute_the_right_numbers(tmp_path: Path) -> None:
             "eval_time": "10m",
             "exp_samples": [{"labels": labels, "value": value} for labels, value in samples],
         }
-        for key, samples in FLEET_EXPECTED.items()
+        for key, samples in expected.items()
     ]
     test = {
         "rule_files": [],
@@ -626,7 +732,7 @@ def test_fleet_queries_compute_the_right_numbers(tmp_path: Path) -> None:
         "tests": [
             {
                 "interval": "1m",
-                "input_series": [{"series": k, "values": v} for k, v in FLEET_SERIES.items()],
+                "input_series": [{"series": k, "values": v} for k, v in series.items()],
                 "promql_expr_test": cases,
             }
         ],
@@ -634,6 +740,96 @@ def test_fleet_queries_compute_the_right_numbers(tmp_path: Path) -> None:
     path = tmp_path / "fleet_test.yml"
     path.write_text(json.dumps(test, indent=2))
     _assert_ok(_run_promtool("test", "rules", path))
+
+
+def test_fleet_queries_compute_the_right_numbers(tmp_path: Path) -> None:
+    """The fleet dashboard's own queries, evaluated by promtool on exporter-shaped series."""
+    _evaluate_fleet_queries(tmp_path, FLEET_SERIES, FLEET_EXPECTED)
+
+
+def _node(i: int) -> str:
+    """The target labels of cluster node i, as prometheus-cluster.yml's file_sd gives them."""
+    return (
+        f'instance="127.0.0.1:4100{i}",instance_id="i-0c0ffee000000000{i}",job="{CLUSTER_JOB}",'
+        f'node="{i}",placement_group="pg-a"'
+    )
+
+
+_N0, _N1, _N2 = _node(0), _node(1), _node(2)
+# Three nodes of one exporter each. Job llama runs on all three in lockstep: 1 step/s, 1 s per step, 64
+# sequences per step; nodes 0 and 1 wait 0.375 s per step in collectives, node 2 (the straggler) never
+# waits and has no wait series. Node 0: two Neuron devices (24 and 8 of 32 GiB used), two cores held,
+# EFA 1 GB/s achieved; node 1: EFA factor 0.5 and a quarter of node 0's EFA bandwidth.
+CLUSTER_SERIES = {
+    **{f'neuron_job_steps_total{{{n},job_id="llama"}}': "0+60x20" for n in (_N0, _N1, _N2)},
+    **{f'neuron_job_step_seconds_total{{{n},job_id="llama"}}': "0+60x20" for n in (_N0, _N1, _N2)},
+    **{f'neuron_job_samples_total{{{n},job_id="llama"}}': "0+3840x20" for n in (_N0, _N1, _N2)},
+    **{f'neuron_collective_wait_seconds_total{{{n},job_id="llama"}}': "0+22.5x20" for n in (_N0, _N1)},
+    **{f"up{{{n}}}": "1x20" for n in (_N0, _N1, _N2)},
+    **{f'neuron_exporter_source_up{{{n},source="daemon"}}': "1x20" for n in (_N0, _N1, _N2)},
+    f"neuron_efa_bandwidth_factor{{{_N0}}}": "1x20",
+    f"neuron_efa_bandwidth_factor{{{_N1}}}": "0.5x20",
+    f'neuron_collective_bytes_total{{{_N0},link_type="efa"}}': "0+6e10x20",
+    f'neuron_collective_seconds_total{{{_N0},link_type="efa"}}': "0+60x20",
+    f'neuron_collective_bytes_total{{{_N1},link_type="efa"}}': "0+1.5e10x20",
+    f'neuron_collective_seconds_total{{{_N1},link_type="efa"}}': "0+60x20",
+    f'neuron_collective_bytes_total{{{_N0},link_type="neuronlink"}}': "0+6e12x20",
+    f'neuron_collective_seconds_total{{{_N0},link_type="neuronlink"}}': "0+30x20",
+    f'neurondevice_hbm_used_bytes{{{_N0},neuron_device="0",category="tensors"}}': "17179869184x20",
+    f'neurondevice_hbm_used_bytes{{{_N0},neuron_device="0",category="constants"}}': "8589934592x20",
+    f'neurondevice_hbm_used_bytes{{{_N0},neuron_device="1",category="tensors"}}': "8589934592x20",
+    f'neurondevice_hbm_total_bytes{{{_N0},neuron_device="0"}}': "34359738368x20",
+    f'neurondevice_hbm_total_bytes{{{_N0},neuron_device="1"}}': "34359738368x20",
+    f'neuroncore_in_use{{{_N0},neuron_device="0",neuroncore="0"}}': "1x20",
+    f'neuroncore_in_use{{{_N0},neuron_device="0",neuroncore="1"}}': "1x20",
+    f'neuroncore_busy_seconds_total{{{_N0},neuron_device="0",neuroncore="0"}}': "0+30x20",
+    f'neuroncore_busy_seconds_total{{{_N0},neuron_device="0",neuroncore="1"}}': "0+60x20",
+}
+
+
+def _row(i: int) -> str:
+    """The labels of node i's row in the Nodes table."""
+    return f'{{instance="127.0.0.1:4100{i}",instance_id="i-0c0ffee000000000{i}",node="{i}"}}'
+
+
+CLUSTER_EXPECTED = {
+    ("Job throughput", "A"): [('{job_id="llama"}', 64.0)],
+    ("Job step time", "A"): [('{job_id="llama"}', 1.0)],
+    ("Job step time", "B"): [('{job_id="llama"}', 1.0)],
+    ("Jobs", "A"): [('{job_id="llama"}', 3.0)],
+    ("Jobs", "B"): [('{job_id="llama"}', 64.0)],
+    ("Jobs", "C"): [('{job_id="llama"}', 1.0)],
+    ("Jobs", "D"): [('{job_id="llama"}', 1.0)],
+    ("Jobs", "E"): [('{job_id="llama"}', 0.25)],  # node 2 waits 0
+    ("Straggler", "A"): [(f'{{{_N2},job_id="llama"}}', 0.375)],
+    ("Step time per node", "A"): [(f'{{{n},job_id="llama"}}', 1.0) for n in (_N0, _N1, _N2)],
+    ("Collective wait per node", "A"): [(f'{{{n},job_id="llama"}}', 0.375) for n in (_N0, _N1)],
+    ("EFA bandwidth per node", "A"): [(f"{{{_N0}}}", 1e9), (f"{{{_N1}}}", 2.5e8)],
+    ("EFA achieved bandwidth per node", "A"): [(f"{{{_N0}}}", 1e9), (f"{{{_N1}}}", 2.5e8)],
+    ("EFA bandwidth factor", "A"): [
+        (f"neuron_efa_bandwidth_factor{{{_N0}}}", 1.0),
+        (f"neuron_efa_bandwidth_factor{{{_N1}}}", 0.5),
+    ],
+    ("HBM headroom per node", "A"): [(f"{{{_N0}}}", 8589934592.0)],
+    ("HBM free per node", "A"): [(f"{{{_N0}}}", 0.5)],
+    ("NeuronCore utilization per node", "A"): [(f"{{{_N0}}}", 0.75)],
+    ("NeuronCore utilization per node", "B"): [(f"{{{_N0}}}", 1.0)],
+    ("Nodes", "A"): [(_row(i), 1.0) for i in (0, 1, 2)],
+    ("Nodes", "B"): [(_row(i), 1.0) for i in (0, 1, 2)],
+    ("Nodes", "C"): [(_row(0), 2.0)],
+    ("Nodes", "D"): [(_row(0), 0.75)],
+    ("Nodes", "E"): [(_row(0), 0.5)],
+    ("Nodes", "F"): [(_row(0), 1.0), (_row(1), 0.5)],
+}
+
+
+def test_fleet_job_and_node_queries_compute_the_right_numbers(tmp_path: Path) -> None:
+    """The Jobs and Nodes rows on cluster-shaped series (target labels, job and EFA families)."""
+    d = _load(FLEET_JSON)
+    rows = {p["title"]: p["gridPos"]["y"] for p in d["panels"] if p["type"] == "row"}
+    new = [p for p in _panels(d) if p["type"] != "row" and rows["Jobs"] < p["gridPos"]["y"] < rows["NeuronCores"]]
+    assert {(p["title"], t["refId"]) for p in new for t in p["targets"]} == set(CLUSTER_EXPECTED)  # all checked
+    _evaluate_fleet_queries(tmp_path, CLUSTER_SERIES, CLUSTER_EXPECTED)
 
 
 # ------------------------------------------------------------------------------------------------ Grafana

@@ -40,7 +40,7 @@ from emulator.daemon.security import Access, BearerTokenMiddleware
 from emulator.daemon.telemetry import Telemetry
 from neurontools import __version__
 from neurontools.http_limits import RequestLimits
-from neurontools.inventory import Inventory, NeuronProcess
+from neurontools.inventory import Inventory, NeuronProcess, PodRef
 from neurontools.report.snapshot import SNAPSHOT, Snapshot
 
 REAP_INTERVAL_S = 0.2  # a dead process releases its cores well within one second (docs/lifecycle.md)
@@ -156,6 +156,7 @@ def create_app(
                 visible_cores=None if body.visible_cores is None else tuple(body.visible_cores),
                 num_cores=body.num_cores,
                 origin=body.origin,
+                pod=None if body.pod is None else PodRef(**body.pod.model_dump()),
             )
         )
         if body.resume is not None:  # registering again after a daemon restart (docs/lifecycle.md)

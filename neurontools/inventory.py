@@ -101,6 +101,19 @@ class Device:
 
 
 @dataclass(frozen=True)
+class PodRef:
+    """The Kubernetes container a runtime process runs in, as the kubelet's pod-resources API
+    names the holder of a NeuronCore (docs/kubernetes.md §Which pod holds a core)."""
+
+    pod_name: str
+    namespace: str
+    container_name: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class NeuronProcess:
     """A process that has Neuron devices open.
 
@@ -115,6 +128,7 @@ class NeuronProcess:
     kind: str = RUNTIME
     neuroncores: tuple[int, ...] = ()
     attached_at: float = 0.0
+    pod: PodRef | None = None  # None: not started by Kubernetes (or no pod information)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -198,6 +212,14 @@ def device_from_dict(data: Mapping[str, Any]) -> Device:
     )
 
 
+def pod_from_dict(data: Any, where: str = "pod") -> PodRef | None:
+    """A process's ``pod`` (absent or null: none; older daemons send no key)."""
+    if data is None:
+        return None
+    names = PodRef.__dataclass_fields__
+    return PodRef(**{k: _take(data, k, str, where) for k in names})
+
+
 def process_from_dict(data: Mapping[str, Any]) -> NeuronProcess:
     where = "process"
     kind = _take(data, "kind", str, where)
@@ -211,6 +233,7 @@ def process_from_dict(data: Mapping[str, Any]) -> NeuronProcess:
         kind=kind,
         neuroncores=_int_list(_take(data, "neuroncores", list, where), f"{where}.neuroncores"),
         attached_at=float(_take(data, "attached_at", (int, float), where)),
+        pod=pod_from_dict(data.get("pod"), f"{where}.pod"),
     )
 
 

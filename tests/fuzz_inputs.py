@@ -462,6 +462,7 @@ def cli_argv(tmp: str) -> dict[str, st.SearchStrategy[list[str]]]:
                 "--port": ports,
                 "--interval": interval,
                 "--per-process": None,
+                "--enable-k8s-info": None,
                 "--version": None,
                 "-h": None,
             }

@@ -29,8 +29,16 @@ NS_LAST_PID = Path("/proc/sys/kernel/ns_last_pid")
 SPEC_INSTANCE_IDS = {"trn1.2xlarge": "i-0bea223b1afb7e159", "trn1.32xlarge": "i-0fc767be0ec5465d7"}
 
 
+# a Kubernetes pod's identity (docs/kubernetes.md): a test run inside a pod must not lend it to every process
+POD_ENV = ("POD_NAME", "POD_NAMESPACE", "CONTAINER_NAME")
+
+
 def tool_env(address: str | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "LOCAL_RANK", "RANK", "WORLD_SIZE"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("NEURON_", "LOCAL_RANK", "RANK", "WORLD_SIZE")) and k not in POD_ENV
+    }
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONUNBUFFERED"] = "1"
     if address is not None:

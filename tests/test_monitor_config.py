@@ -180,7 +180,7 @@ INVALID: list[tuple[Any, str]] = [
     (
         {"system_metrics": [{"type": "gpu_usage"}]},
         'system_metrics[0].type: unknown metric group "gpu_usage" '
-        "(expected one of memory_info, neuron_hw_counters, vcpu_usage)",
+        "(expected one of memory_info, neuron_hw_counters, vcpu_usage, k8s_info)",
     ),
     (
         {"system_metrics": [{"type": "vcpu_usage"}, {"type": "vcpu_usage"}]},

@@ -70,6 +70,17 @@ class ResumeState(BaseModel):
     models: list[ResumeModel] = Field(default_factory=list, max_length=100_000)
 
 
+class PodBody(BaseModel):
+    """The Kubernetes container a runtime process runs in (docs/kubernetes.md): what the kubelet's
+    pod-resources API says about the holder of a NeuronCore. Lengths: Kubernetes' name limits."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pod_name: str = Field(min_length=1, max_length=253, description="pod name (DNS subdomain, <=253 chars)")
+    namespace: str = Field(min_length=1, max_length=63, description="namespace (DNS label, <=63 chars)")
+    container_name: str = Field("", max_length=63, description="container name ('' when not known)")
+
+
 class AttachBody(BaseModel):
     """A process opening the devices: a runtime claiming NeuronCores, or a tool that only reads."""
 
@@ -85,6 +96,9 @@ class AttachBody(BaseModel):
     origin: str = Field("", max_length=512, description="where the selection came from, for messages")
     resume: ResumeState | None = Field(
         None, description="a runtime registering again with a restarted daemon: what it holds on its cores"
+    )
+    pod: PodBody | None = Field(
+        None, description="the Kubernetes container of a runtime process (POD_NAME, POD_NAMESPACE, CONTAINER_NAME)"
     )
 
 

@@ -42,7 +42,7 @@ from emulator.daemon.security import Access, BearerTokenMiddleware
 from emulator.daemon.telemetry import Telemetry
 from neurontools import __version__
 from neurontools.http_limits import RequestLimits
-from neurontools.inventory import Inventory, NeuronProcess
+from neurontools.inventory import Inventory, NeuronProcess, PodRef
 from neurontools.report.snapshot import SNAPSHOT, Snapshot
 
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"  # a label value a dashboard can show as is
@@ -159,6 +159,7 @@ def create_app(
                 visible_cores=None if body.visible_cores is None else tuple(body.visible_cores),
                 num_cores=body.num_cores,
                 origin=body.origin,
+                pod=None if body.pod is None else PodRef(**body.pod.model_dump()),
             )
         )
         if body.resume is not None:  # registering again after a daemon restart (docs/lifecycle.md)

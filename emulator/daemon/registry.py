@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import psutil
 
 from emulator.runtime.core_spec import format_core_ids
-from neurontools.inventory import NOT_A_RUNTIME, RUNTIME, Inventory, NeuronProcess
+from neurontools.inventory import NOT_A_RUNTIME, RUNTIME, Inventory, NeuronProcess, PodRef
 
 
 class ClaimError(Exception):
@@ -41,6 +41,7 @@ class AttachRequest:
     visible_cores: tuple[int, ...] | None = None
     num_cores: int | None = None
     origin: str = ""
+    pod: PodRef | None = None  # a runtime process's Kubernetes container (docs/kubernetes.md)
 
 
 def process_start_time(pid: int) -> float | None:
@@ -116,6 +117,7 @@ class Registry:
                 kind=req.kind,
                 neuroncores=cores,
                 attached_at=self._clock(),
+                pod=req.pod if req.kind == RUNTIME else None,
             )
             self._entries[req.pid] = _Entry(proc, start)
             for core in cores:

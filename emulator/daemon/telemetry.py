@@ -458,6 +458,7 @@ class Telemetry:
             runtime_version=proc.runtime_version,
             kind=RUNTIME,
             neuroncores=tuple(proc.neuroncores),
+            pod=proc.pod,
             cpu=cpu,
             cpu_error=cpu_error,
             cores=cores,

@@ -2,10 +2,12 @@
 
 The first call registers the process with the daemon (PID, full command line, tag, runtime
 version) and claims NeuronCores from ``NEURON_RT_VISIBLE_CORES`` / ``NEURON_RT_NUM_CORES`` /
-torchrun's ``LOCAL_RANK``. Later calls return the same session. The cores are released at exit;
-if the process dies without running exit handlers (``kill -9``), the daemon notices and
-releases them itself. A restarted daemon is noticed within a second or two and the process
-registers again with what it holds (:class:`RuntimeSession`, docs/lifecycle.md).
+torchrun's ``LOCAL_RANK``; a process in a Kubernetes pod also says which one (``POD_NAME``,
+``POD_NAMESPACE``, ``CONTAINER_NAME``: docs/kubernetes.md). Later calls return the same
+session. The cores are released at exit; if the process dies without running exit handlers
+(``kill -9``), the daemon notices and releases them itself. A restarted daemon is noticed
+within a second or two and the process registers again with what it holds
+(:class:`RuntimeSession`, docs/lifecycle.md).
 """
 
 from __future__ import annotations
@@ -33,6 +35,13 @@ from neurontools.sources.registration import Registration
 RUNTIME_VERSION = "2.29.14"
 MAX_TAG_LENGTH = 255  # NEURON_PROCESS_TAG limit of Runtime 2.x (docs/reference/neuron-monitor.md §Process tags)
 
+
+# The Kubernetes container this process runs in, as a pod spec passes it (docs/kubernetes.md): the
+# downward API's metadata.name and metadata.namespace, the container's name written as a value.
+POD_NAME_ENV = "POD_NAME"
+POD_NAMESPACE_ENV = "POD_NAMESPACE"
+CONTAINER_NAME_ENV = "CONTAINER_NAME"
+DEFAULT_NAMESPACE = "default"  # where Kubernetes puts a pod whose manifest names no namespace
 
 HEARTBEAT_S = 1.0  # how often a training process makes sure the daemon still knows it
 ABSENT_HEARTBEAT_S = 0.25  # while no daemon answers: a refused connect costs ~50 us, so look often
@@ -224,6 +233,18 @@ def _command_line() -> str:
         return " ".join(sys.argv)
 
 
+def pod_from_env(env: Mapping[str, str]) -> dict[str, str] | None:
+    """The attach request's ``pod`` from the environment: None without ``POD_NAME``."""
+    name = env.get(POD_NAME_ENV, "")
+    if not name:
+        return None
+    return {
+        "pod_name": name,
+        "namespace": env.get(POD_NAMESPACE_ENV, "") or DEFAULT_NAMESPACE,
+        "container_name": env.get(CONTAINER_NAME_ENV, ""),
+    }
+
+
 def attach(env: Mapping[str, str] | None = None) -> RuntimeSession:
     """Register with the daemon and claim NeuronCores once per process; return the session."""
     global _session
@@ -258,6 +279,9 @@ def attach(env: Mapping[str, str] | None = None) -> RuntimeSession:
             body["visible_cores"] = list(request.visible_cores)
         if request.num_cores is not None:
             body["num_cores"] = request.num_cores
+        pod = pod_from_env(env)
+        if pod is not None:
+            body["pod"] = pod
         try:
             answer = client.post("/processes", body)
         except DaemonUnavailable as exc:

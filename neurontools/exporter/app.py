@@ -45,16 +45,22 @@ class Exposition:
     ``on_scrape``: render at the first scrape after a collection instead (under the collector's
     ``publish_lock``, so all families still come from one collection). Rendering is most of a
     collection's CPU time; many exporters in one process (``neuron-emulator cluster``) that are
-    scraped every 15 s then render once per scrape, not once per collection."""
+    scraped every 15 s then render once per scrape, not once per collection.
 
-    def __init__(self, collector: Collector, *, per_process: bool, on_scrape: bool = False) -> None:
+    ``kubernetes``: per-core families carry ``pod``/``namespace``/``container`` (``--enable-k8s-info``)."""
+
+    def __init__(
+        self, collector: Collector, *, per_process: bool, on_scrape: bool = False, kubernetes: bool = False
+    ) -> None:
         self.defaults = CollectorRegistry()
         for default in (ProcessCollector, PlatformCollector, GCCollector):
             default(registry=self.defaults)
         self.neuron = CollectorRegistry()
         if collector.compat.enabled:
             self.neuron.register(collector.compat)
-        self.neuron.register(ExtendedCollector(lambda: collector.state, per_process=per_process))
+        self.neuron.register(
+            ExtendedCollector(lambda: collector.state, per_process=per_process, kubernetes=kubernetes)
+        )
         self.collector = collector
         self.on_scrape = on_scrape
         self._rendered_state = collector.state

@@ -1,6 +1,6 @@
 """``neuron-exporter``: Prometheus metrics and a REST API for a Neuron host, read from the daemon.
 
-    neuron-exporter [--bind ADDR] [-p/--port PORT] [--interval SECONDS] [--per-process]
+    neuron-exporter [--bind ADDR] [-p/--port PORT] [--interval SECONDS] [--per-process] [--enable-k8s-info]
 
 The command line: options, then the exporter put together (daemon client, listening socket,
 collector, the app of ``app.py``) and served (``server.py``).
@@ -57,6 +57,8 @@ Options:
   -p, --port PORT         TCP port, 0 for any free one (default: {DEFAULT_PORT})
       --interval SECONDS  collection interval, {MIN_INTERVAL:g}-{MAX_INTERVAL:g} (default: {DEFAULT_INTERVAL:g})
       --per-process       also export per-process series (labels pid, runtime_tag)
+      --enable-k8s-info   label per-core series with the pod, namespace and container
+                          holding the core ("" when none; docs/kubernetes.md)
       --version           print the version and exit
   -h, --help              show this help and exit
 
@@ -73,6 +75,7 @@ class Options:
     per_process: bool = False
     help: bool = False
     version: bool = False
+    enable_k8s_info: bool = False
 
 
 _interval = number_in_range(
@@ -98,10 +101,11 @@ def parse_args(argv: Sequence[str]) -> Options:
     parser.add_argument("-p", "--port", type=port_number, default=DEFAULT_PORT)
     parser.add_argument("--interval", type=_interval, default=DEFAULT_INTERVAL)
     parser.add_argument("--per-process", action="store_true")
+    parser.add_argument("--enable-k8s-info", action="store_true")
     parser.add_argument("--version", action="store_true")
     parser.add_argument("-h", "--help", action="store_true")
     ns = parser.parse_args(list(argv))
-    return Options(ns.bind, ns.port, ns.interval, ns.per_process, ns.help, ns.version)
+    return Options(ns.bind, ns.port, ns.interval, ns.per_process, ns.help, ns.version, ns.enable_k8s_info)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -128,7 +132,8 @@ def _main(argv: list[str]) -> int:
 
     session = ToolSession(DaemonClient(client.address, timeout=SESSION_TIMEOUT), " ".join([PROG, *argv]))
     collector = Collector(client, opts.interval, compat=CompatFeed.load(), session=session)
-    app = create_app(collector, Exposition(collector, per_process=opts.per_process), session=session)
+    exposition = Exposition(collector, per_process=opts.per_process, kubernetes=opts.enable_k8s_info)
+    app = create_app(collector, exposition, session=session)
     print(f"{PROG}: serving {url(sock)}/metrics (daemon {client.address})", file=sys.stderr, flush=True)
     serve(app, sock)
     return 0

@@ -36,6 +36,12 @@ report; all are documented in the module and tested):
   ``usage_breakdown``) and devices without ``sram_ecc_corrected`` are accepted.
 * optional ``prune_exited=True`` (not the official behaviour, off by default): also drop the
   series of runtime tags absent from a non-empty report.
+
+``k8s_info=True`` (``--enable-k8s-info``; what the official flag adds is not public): the
+per-core families (``K8S_FAMILIES``) carry ``pod``, ``namespace`` and ``container`` after their
+own labels, read from each report's ``neuron_k8s_info.neuroncores_k8s_info`` (containers joined
+with ``,``); a core without an entry there, or a report without the object, gives ``""``
+(docs/kubernetes.md).
 """
 
 from __future__ import annotations
@@ -186,6 +192,13 @@ FAMILIES: tuple[CompatFamily, ...] = (
 )
 FAMILY_BY_NAME: dict[str, CompatFamily] = {family.name: family for family in FAMILIES}
 
+# --enable-k8s-info: the per-core families and the labels they gain (dcgm-exporter's names)
+K8S_FAMILIES = frozenset(
+    {"neuroncore_utilization_ratio", *(f"neuroncore_memory_usage_{kind}" for kind in CORE_MEMORY_KEYS)}
+)
+K8S_LABELS = ("pod", "namespace", "container")
+NO_POD: tuple[str, str, str] = ("", "", "")
+
 LabelValues = tuple[str, ...]
 
 
@@ -248,11 +261,17 @@ class _Store:
 
 
 class _Batch:
-    """The changes one group asks for; applied only when the whole group was read."""
+    """The changes one group asks for; applied only when the whole group was read. ``pods``
+    (``k8s_info``): core index -> (pod, namespace, container) for the per-core families."""
 
-    def __init__(self, base: LabelValues) -> None:
+    def __init__(self, base: LabelValues, pods: Mapping[str, LabelValues] | None = None) -> None:
         self.base = base
+        self.pods = pods
         self.ops: list[tuple[str, str, LabelValues, float]] = []
+
+    def pod(self, core: str) -> LabelValues:
+        """The pod labels of a per-core series (none without ``k8s_info``)."""
+        return () if self.pods is None else self.pods.get(core, NO_POD)
 
     def declare(self, name: str) -> None:
         self.ops.append(("declare", name, (), 0.0))
@@ -271,7 +290,8 @@ def _neuroncore_counters(batch: _Batch, data: Mapping[str, Any]) -> None:
     batch.declare("neuroncore_utilization_ratio")
     for core, values in _mapping(data["neuroncores_in_use"], "neuroncores_in_use").items():
         ratio = share(_number(_mapping(values, f"core {core}")["neuroncore_utilization"]))
-        batch.set("neuroncore_utilization_ratio", (_index(core),), ratio)
+        index = _index(core)
+        batch.set("neuroncore_utilization_ratio", (index, *batch.pod(index)), ratio)
 
 
 def _neuron_runtime_vcpu_usage(batch: _Batch, data: Mapping[str, Any]) -> None:
@@ -293,7 +313,8 @@ def _memory_used(batch: _Batch, data: Mapping[str, Any]) -> None:
         name = f"neuroncore_memory_usage_{kind}"
         batch.declare(name)
         for core, usage in cores.items():
-            batch.set(name, ("None", _index(core)), _number(_mapping(usage, f"core {core}")[kind]))
+            index = _index(core)
+            batch.set(name, ("None", index, *batch.pod(index)), _number(_mapping(usage, f"core {core}")[kind]))
 
 
 def _execution_stats(batch: _Batch, data: Mapping[str, Any]) -> None:
@@ -367,8 +388,11 @@ class CompatMetrics(Collector):
         prune_exited: bool = False,
         clock: Callable[[], float] = time.time,
         created_series: bool | None = None,
+        k8s_info: bool = False,
     ) -> None:
         self.prune_exited = prune_exited
+        self.k8s_info = k8s_info
+        self._pods: dict[str, LabelValues] | None = {} if k8s_info else None
         self._clock = clock
         self._created = _created_series_enabled() if created_series is None else created_series
         self._lock = threading.Lock()
@@ -394,6 +418,8 @@ class CompatMetrics(Collector):
         with self._lock:
             if self._instance is None:
                 self._instance = _instance_labels(report.get("instance_info"))
+            if self.k8s_info:
+                self._pods = _core_pods(report.get("neuron_k8s_info"), messages)
             runtimes = report.get("neuron_runtime_data")
             if runtimes:
                 self._runtimes(runtimes, messages)
@@ -446,7 +472,7 @@ class CompatMetrics(Collector):
             if error != "":
                 messages.append(f"Error getting {name}{where}: {error}")
                 continue
-            batch = _Batch(base)
+            batch = _Batch(base, self._pods)
             try:
                 handler(batch, data)
             except (InvalidGroup, KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
@@ -480,7 +506,8 @@ class CompatMetrics(Collector):
             family = FAMILY_BY_NAME[name]
             assert self._instance is not None
             tag = ("runtime_tag",) if family.scope == APP else ()
-            store = _Store(family, (*self._instance, *tag, *family.labels))
+            pod = K8S_LABELS if self.k8s_info and name in K8S_FAMILIES else ()
+            store = _Store(family, (*self._instance, *tag, *family.labels, *pod))
             self._stores[name] = store
             self._order.append(name)
         return store
@@ -548,6 +575,32 @@ class CompatMetrics(Collector):
                 yield InfoMetricFamily(spec.name.removesuffix("_info"), spec.help)
             else:
                 yield GaugeMetricFamily(spec.name, spec.help)
+
+
+def _core_pods(info: Any, messages: list[str]) -> dict[str, LabelValues]:
+    """Core index -> (pod, namespace, container) from a report's ``neuron_k8s_info`` (absent: none)."""
+    if info is None:
+        return {}
+    try:
+        info = _mapping(info, "neuron_k8s_info")
+        if info.get("error", "") != "":
+            messages.append(f"Error getting neuron_k8s_info: {info['error']}")
+            return {}
+        pods: dict[str, LabelValues] = {}
+        for core, use in _mapping(info["neuroncores_k8s_info"], "neuroncores_k8s_info").items():
+            use = _mapping(use, f"core {core}")
+            containers = use.get("container_name") or []
+            if not isinstance(containers, list):
+                raise InvalidGroup(f"core {core}: container_name is not an array")
+            pods[_index(core)] = (
+                _text(use["pod_name"]),
+                _text(use["namespace"]),
+                ",".join(_text(c) for c in containers),
+            )
+    except (InvalidGroup, KeyError) as exc:
+        messages.append(f"Invalid neuron_k8s_info: {_reason(exc)}")
+        return {}
+    return pods
 
 
 def _instance_labels(info: Any) -> dict[str, str]:

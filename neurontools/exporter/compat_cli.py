@@ -17,8 +17,9 @@
 * End of input (the producer exited): the last values stay served until SIGINT/SIGTERM, as with
   the official script (whose read loop keeps polling the closed stdin); one notice on stderr.
   SIGINT and SIGTERM exit 0 without a traceback.
-* ``--enable-k8s-info`` (official 2.23+) is accepted so existing command lines keep working; it
-  has no effect (Kubernetes pod information is not available here).
+* ``--enable-k8s-info`` (official 2.23+; what it adds there is not public): the per-core families
+  carry ``pod``, ``namespace`` and ``container`` labels from the reports' ``neuron_k8s_info``
+  (neuron-monitor with ``{"type": "k8s_info"}`` in ``system_metrics``; docs/kubernetes.md).
 * Bad flags: one line on stderr, exit 2 (argparse's code, as the official script). The server
   cannot start (port in use, bad address, unreadable key/certificate): one line on stderr, exit 1.
 """
@@ -97,7 +98,9 @@ def _parser() -> RaisingParser:
     parser.add_argument("--key-file", help="Path to SSL private key file (only for HTTPS)")
     parser.add_argument("--cert-file", help="Path to SSL certificate file (only for HTTPS)")
     parser.add_argument(
-        "--enable-k8s-info", action="store_true", help="accepted for compatibility; no effect (no Kubernetes info)"
+        "--enable-k8s-info",
+        action="store_true",
+        help="label per-core metrics with pod, namespace and container from the reports' neuron_k8s_info",
     )
     return parser
 
@@ -246,7 +249,7 @@ def main(argv: Sequence[str] | None = None, *, stdin: IO[bytes] | None = None) -
                 PROG, f"cannot load the TLS certificate {opts.cert_file!r} and key {opts.key_file!r}: {exc}"
             )
 
-    metrics = CompatMetrics()
+    metrics = CompatMetrics(k8s_info=opts.enable_k8s_info)
     registry = build_registry(metrics)
     try:
         httpd = _serve(opts, registry)
@@ -254,8 +257,6 @@ def main(argv: Sequence[str] | None = None, *, stdin: IO[bytes] | None = None) -
         return print_error(PROG, f"cannot listen on {opts.bind} port {opts.port}: {exc}")
     port = httpd.server_address[1]
     _say(sys.stdout, f"Running {'HTTPS' if opts.tls else 'HTTP'} prometheus server at port {port}")
-    if opts.enable_k8s_info:
-        _say(sys.stderr, f"{PROG}: --enable-k8s-info has no effect (no Kubernetes information available)")
 
     watcher = None
     if opts.tls:

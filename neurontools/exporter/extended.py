@@ -23,8 +23,16 @@ from prometheus_client.utils import floatToGoString
 from neurontools import __version__
 from neurontools.exporter.collector import CollectedState
 from neurontools.exporter.fields import LATENCY_BUCKETS
-from neurontools.report import fields
-from neurontools.report.fields import EXTENDED_METRICS, PER_PROCESS_METRICS, Family, Quantity, family_of
+from neurontools.report import fields, k8s
+from neurontools.report.fields import (
+    EXTENDED_METRICS,
+    K8S_LABELLED_METRICS,
+    K8S_LABELS,
+    PER_PROCESS_METRICS,
+    Family,
+    Quantity,
+    family_of,
+)
 from neurontools.report.period import LINK_TYPES
 from neurontools.report.schema import (
     CORE_MEMORY_KEYS,
@@ -277,15 +285,38 @@ def family_metric(family: Family, samples: list[Sample]) -> Metric:
     raise ValueError(f"{family.name}: unknown metric kind {family.kind!r}")
 
 
-class ExtendedCollector:
-    """Renders the extended families from ``state()`` (the collector's latest published state)."""
+def k8s_family(family: Family) -> Family:
+    """``family`` with the pod labels after its own (``--enable-k8s-info``)."""
+    return Family(family.name, family.kind, family.help, (*family.labels, *K8S_LABELS))
 
-    def __init__(self, state: Callable[[], CollectedState], *, per_process: bool = False) -> None:
+
+def with_pod_labels(samples: list[Sample], core_at: int, pods: dict[int, tuple[str, str, str]]) -> list[Sample]:
+    """``samples`` with the (pod, namespace, container) of the core named by label ``core_at``."""
+    return [((*values, *pods.get(int(values[core_at]), k8s.NO_POD_LABELS)), value) for values, value in samples]
+
+
+class ExtendedCollector:
+    """Renders the extended families from ``state()`` (the collector's latest published state).
+
+    ``kubernetes``: per-core families (``fields.K8S_LABELLED_METRICS``) carry the labels of the pod
+    holding the core, from the same snapshot (``report.k8s``; docs/kubernetes.md)."""
+
+    def __init__(
+        self, state: Callable[[], CollectedState], *, per_process: bool = False, kubernetes: bool = False
+    ) -> None:
         self.state = state
         self.quantities = EXTENDED_METRICS + (PER_PROCESS_METRICS if per_process else ())
-        self.families = tuple(family_of(q) for q in self.quantities)
+        labelled = K8S_LABELLED_METRICS if kubernetes else ()
+        self.families = tuple(k8s_family(family_of(q)) if q in labelled else family_of(q) for q in self.quantities)
+        # quantity -> position of its neuroncore label, for the families that gain pod labels
+        self.pod_labelled = {q: family_of(q).labels.index("neuroncore") for q in labelled}
 
     def collect(self) -> Iterator[Metric]:
         state = self.state()  # one immutable object for the whole scrape
+        pods = k8s.core_labels(state.snapshot) if self.pod_labelled else {}
         for quantity, family in zip(self.quantities, self.families, strict=True):
-            yield family_metric(family, SAMPLERS[quantity](state))
+            samples = SAMPLERS[quantity](state)
+            core_at = self.pod_labelled.get(quantity)
+            if core_at is not None:
+                samples = with_pod_labels(samples, core_at, pods)
+            yield family_metric(family, samples)

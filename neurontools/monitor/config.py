@@ -15,6 +15,8 @@ Semantics chosen where the real tool is undocumented:
 * Group types are checked against the application-level and system-level lists; the 1.x name
   ``inference_stats`` is rejected with a pointer to ``execution_stats``; a group may appear once
   per list. Unknown keys, duplicate keys and non-JSON input are rejected.
+* ``{"type": "k8s_info"}`` in ``system_metrics`` enables the report's ``neuron_k8s_info`` object
+  (the real switch is undocumented; docs/kubernetes.md §The switch).
 
 Every problem raises ``ConfigError`` whose message is one line naming the place, e.g.
 ``neuron_runtimes[0].metrics[2].type: unknown metric group "foo" (expected one of ...)``.
@@ -38,7 +40,7 @@ from neurontools.report.monitor_config import (
     RuntimeSelector,
     default_config,
 )
-from neurontools.report.schema import APP_GROUPS, RENAMED_GROUPS, SYSTEM_GROUPS
+from neurontools.report.schema import APP_GROUPS, RENAMED_GROUPS, SYSTEM_METRIC_TYPES
 
 MIN_PERIOD = 0.1
 
@@ -176,7 +178,7 @@ def _period(data: Mapping[str, Any], where: str, inherited: float) -> float:
 
 
 def _group_type(value: Any, where: str, *, app: bool) -> str:
-    own, other = (APP_GROUPS, SYSTEM_GROUPS) if app else (SYSTEM_GROUPS, APP_GROUPS)
+    own, other = (APP_GROUPS, SYSTEM_METRIC_TYPES) if app else (SYSTEM_METRIC_TYPES, APP_GROUPS)
     if not isinstance(value, str):
         raise ConfigError(f"{where}: expected a metric group name, got {_json_value(value)}")
     if value in RENAMED_GROUPS:

@@ -21,6 +21,9 @@ the error with zero values, ``neuron_hardware_info`` carries the error with zero
 real tool does when the driver is gone), ``instance_info`` keeps the last known identity.
 Baselines are kept, so the first collection after the daemon comes back covers the outage.
 
+The system metric type ``k8s_info`` (docs/kubernetes.md) is collected like a gauge group but
+written as the report's last top-level object, ``neuron_k8s_info``, as the real tool places it.
+
 Reports share group objects with the builder's state: treat them as read-only.
 """
 
@@ -35,12 +38,14 @@ from neurontools.report.period import Period, measure
 from neurontools.report.schema import (
     APP_GROUPS,
     EXECUTION_STATS,
+    K8S_INFO,
     MEMORY_INFO,
     MEMORY_USED,
     NEURON_HW_COUNTERS,
     NEURON_RUNTIME_VCPU_USAGE,
     NEURONCORE_COUNTERS,
     SYSTEM_GROUPS,
+    TOP_LEVEL_GROUPS,
     VCPU_USAGE,
 )
 from neurontools.report.snapshot_models import LoadedModel, ProcessMemory, ProcessSnapshot, Snapshot
@@ -72,6 +77,8 @@ def system_group(group: str, period: Period) -> g.Group | None:
     """One system-level group over ``period``; None when it cannot be computed yet."""
     if group == MEMORY_INFO:
         return g.memory_info(period.cur, period.seconds)
+    if group == K8S_INFO:
+        return g.neuron_k8s_info(period.cur, period.seconds)
     if period.base is None:
         return None
     if group == VCPU_USAGE:
@@ -199,12 +206,16 @@ class ReportBuilder:
                 }
             )
         hardware = None if self._hardware_error else self._hardware
-        return {
+        report = {
             "neuron_runtime_data": runtime_data,
             "system_data": {name: self._system[name] for name in SYSTEM_GROUPS if name in self._system},
             "instance_info": g.instance_info(self._instance),
             "neuron_hardware_info": g.hardware_info(hardware, self._hardware_error),
         }
+        for group, key in TOP_LEVEL_GROUPS.items():  # neuron_k8s_info, once collected
+            if group in self._system:
+                report[key] = self._system[group]
+        return report
 
 
 def build_report(

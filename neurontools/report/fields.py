@@ -432,3 +432,18 @@ def quantities() -> Iterator[Quantity]:
             if isinstance(q, Quantity) and id(q) not in seen:
                 seen.add(id(q))
                 yield q
+
+
+# -- Kubernetes (neuron-exporter --enable-k8s-info, docs/kubernetes.md) ---------------------------
+
+# Labels naming the pod container that holds a NeuronCore, as dcgm-exporter names a GPU's pod
+# ("" when no pod holds the core); added after the family's own labels.
+K8S_LABELS = ("pod", "namespace", "container")
+# The per-core families that carry them with --enable-k8s-info.
+K8S_LABELLED_METRICS: tuple[Quantity, ...] = (
+    CORE_BUSY_SECONDS,
+    CORE_ENGINE_BUSY_SECONDS,
+    CORE_ENGINE_UTILIZATION,
+    CORE_FLOPS,
+    CORE_IN_USE,
+)

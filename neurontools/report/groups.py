@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from neurontools.inventory import HardwareInfo, InstanceIdentity
+from neurontools.report import k8s
 from neurontools.report.percent import percent
 from neurontools.report.period import Period, ProcessPeriod
 from neurontools.report.schema import (
@@ -27,6 +28,8 @@ from neurontools.report.schema import (
     HARDWARE_INFO_KEYS,
     HOST_MEMORY_KEYS,
     INSTANCE_INFO_KEYS,
+    K8S_INFO,
+    K8S_INFO_KEYS,
     MEMORY_INFO,
     NEURON_HW_COUNTERS,
     PERCENTILES,
@@ -213,6 +216,13 @@ def neuron_hw_counters(period: Period) -> Group:
     return _envelope(period.seconds, {"neuron_devices": devices})
 
 
+def neuron_k8s_info(cur: Snapshot, seconds: float) -> Group:
+    """The pods holding NeuronCores and devices now (``report.k8s``), keyed by index in index order."""
+    cores = {str(core): use.to_dict() for core, use in k8s.core_uses(cur).items()}
+    devices = {str(device): use.to_dict() for device, use in k8s.device_uses(cur).items()}
+    return _envelope(seconds, dict(zip(K8S_INFO_KEYS, (cores, devices), strict=True)))
+
+
 def unavailable_system_group(group: str, error: str) -> Group:
     """A system group that could not be collected: zero values (as Go writes an empty struct) and the error."""
     if group == MEMORY_INFO:
@@ -223,6 +233,8 @@ def unavailable_system_group(group: str, error: str) -> Group:
         body = {"average_usage": dict.fromkeys(VCPU_FIELDS, 0.0), "usage_data": {}, "context_switch_count": 0}
     elif group == NEURON_HW_COUNTERS:
         body = {"neuron_devices": []}
+    elif group == K8S_INFO:
+        body = {key: {} for key in K8S_INFO_KEYS}
     else:
         raise ValueError(f"not a system-level group: {group!r}")
     return _envelope(0.0, body, error)

@@ -41,9 +41,23 @@ SYSTEM_GROUPS: dict[str, str] = {
     VCPU_USAGE: "per-vCPU and average CPU usage, context switches",
 }
 
+# Kubernetes pods holding the NeuronCores (2.23+): enabled by listing the system metric type
+# ``k8s_info`` (our reading of "enabled if k8s_info is enabled": docs/kubernetes.md), written as
+# the report's top-level ``neuron_k8s_info`` object rather than inside ``system_data``.
+K8S_INFO = "k8s_info"
+NEURON_K8S_INFO = "neuron_k8s_info"
+K8S_INFO_KEYS = ("neuroncores_k8s_info", "neurondevices_k8s_info")
+# System metric types outside system_data: config type -> the report's top-level key.
+TOP_LEVEL_GROUPS: dict[str, str] = {K8S_INFO: NEURON_K8S_INFO}
+# Every type a configuration's ``system_metrics`` may list.
+SYSTEM_METRIC_TYPES: dict[str, str] = {
+    **SYSTEM_GROUPS,
+    K8S_INFO: "Kubernetes pod, namespace and containers holding each NeuronCore and device (neuron_k8s_info)",
+}
+
 # Groups that report gauges (current values): they can be reported from a single snapshot.
 # All other groups are rates or per-period counts and need two snapshots.
-GAUGE_GROUPS = frozenset({MEMORY_USED, MEMORY_INFO})
+GAUGE_GROUPS = frozenset({MEMORY_USED, MEMORY_INFO, K8S_INFO})
 
 # Group names of older tools, rejected in configuration files with a pointer to the new name.
 RENAMED_GROUPS: dict[str, tuple[str, str]] = {"inference_stats": (EXECUTION_STATS, "Neuron 2.5")}
@@ -100,6 +114,6 @@ HARDWARE_INFO_KEYS: tuple[tuple[str, type], ...] = (
     ("logical_neuroncore_config", int),
 )
 
-# Top-level keys in struct order.
+# Top-level keys in struct order (then ``neuron_k8s_info`` when enabled).
 REPORT_KEYS = ("neuron_runtime_data", "system_data", "instance_info", "neuron_hardware_info")
 RUNTIME_ENTRY_KEYS = ("pid", "neuron_runtime_tag", "error", "report")

@@ -6,8 +6,8 @@ them as JSON (emulator/daemon/telemetry.py), the tools validate the JSON back in
 order is the wire's key order; field types say what JSON must hold (neurontools/report/validation.py).
 
 Required on the wire is what reports are computed from; ``compile_cache``, ``collectives``,
-per-engine busy times, ``command``, ``runtime_version`` and ``cpu_error`` may be absent (zero or
-empty), and so may ``retired`` and ``latency_log`` (older daemons). ``tool`` processes carry no
+per-engine busy times, ``command``, ``runtime_version``, ``pod`` and ``cpu_error`` may be absent (zero,
+empty or null), and so may ``retired`` and ``latency_log`` (older daemons). ``tool`` processes carry no
 counters. A few wire objects are nested deeper than the tools read them (a subgraph's memory):
 properties give the short names.
 """
@@ -20,7 +20,7 @@ from typing import Annotated, Literal, NamedTuple, TypeVar, Union
 
 from pydantic import Discriminator
 
-from neurontools.inventory import RUNTIME, TOOL, HardwareInfo, InstanceIdentity
+from neurontools.inventory import RUNTIME, TOOL, HardwareInfo, InstanceIdentity, PodRef
 from neurontools.report.schema import CORE_MEMORY_KEYS, HOST_MEMORY_KEYS, VCPU_FIELDS
 from neurontools.report.validation import (
     FixedArray,
@@ -223,6 +223,8 @@ class ProcessSnapshot:
     runtime_version: Text = ""
     kind: Text
     neuroncores: tuple[Integer, ...] = ()
+    # the Kubernetes container the process runs in (docs/kubernetes.md); null or absent: none
+    pod: Annotated[PodRef, StrictFields()] | None = None
     cpu: CpuTimes | None = None  # None: not readable (``cpu_error`` says why)
     cpu_error: Text = ""
     cores: ByCore[CoreCounters] = field(default_factory=dict)

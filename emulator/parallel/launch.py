@@ -5,8 +5,14 @@
 2. Put the graphs into the persistent compile cache (as ``neuron_parallel_compile`` does), write
    the job plan, start one rank process per NeuronCore (``replay.py``: own PID, own command line,
    its core claimed from the daemon) and wait until every rank is attached.
-3. Give the ranks one common start time; they replay the planned step on the device clock while
-   this process prints progress from the same plan, then the summary.
+3. Give the ranks one common start time; they replay the planned step on the device clock in
+   lockstep: after each step every rank reports when it ended, and the next step starts for all
+   at the latest end (across hosts: the launchers meet at a c10d store, ``rendezvous.py``). This
+   process prints each step as it ran, reports it to the nodes' daemons (``job_report.py``), then
+   the summary. A rank lost meanwhile fails the job on every node (docs/multinode.md).
+
+The ranks of a multi-node job run on their own nodes' daemons (``nodes.py``): every node of a
+cluster on this host, or this host's node when each host runs its own launcher.
 
 Every rank dies with the launcher: SIGINT/SIGTERM/SIGHUP here stop them all; if the launcher is
 killed outright, each rank's stdin closes (and its parent-death signal fires) and it exits.

@@ -29,7 +29,7 @@ class CoreFaults:
     slow_factor: float = 1.0
     nan: bool = False
     hardware_error: str | None = None  # uncorrectable ECC event type: the next execution fails
-    efa_bandwidth_factor: float = 1.0  # inter-node bandwidth; no multi-node collective uses it yet
+    efa_bandwidth_factor: float = 1.0  # inter-node bandwidth (replay.efa_extra: docs/faults.md)
 
     @classmethod
     def from_answer(cls, answer: Any, core: int) -> CoreFaults:

@@ -9,11 +9,16 @@ Each cluster is a real ``neuron-emulator cluster up --detach`` in a runtime dire
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
+import signal
 import stat
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,10 +27,12 @@ import pytest
 
 from neurontools.sources.address import parse_address
 from neurontools.sources.daemon_client import DaemonClient, DaemonUnavailable
-from tests.support import HELPERS, one_clear_line, run_tool, tool_env, wait_until
+from tests.support import HELPERS, free_port, one_clear_line, run_tool, tool_env, wait_until
 from tests.test_cluster import Cluster, cluster_cmd, get, host_gone, running_cluster
 
 NO_FAULTS = {"efa_bandwidth_factor": 1.0, "cores": []}
+PROMETHEUS = shutil.which("prometheus")
+ROOT = Path(__file__).parents[1]
 
 
 def fault(cluster: Cluster | Path, *argv: str, address: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -59,6 +66,21 @@ def holding(proc: subprocess.Popen[str]) -> None:
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert line.startswith("holding "), line + (proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
+
+
+def release(proc: subprocess.Popen[str]) -> int:
+    """Let a holder exit (close its stdin), kill it if it does not; close its pipes."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.close()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    proc.stdout.close()
+    proc.stderr.close()
+    return proc.returncode
 
 
 def refused(url: str) -> bool:
@@ -234,19 +256,10 @@ def test_node_down_kills_the_nodes_processes_and_stops_its_daemon_and_exporter()
                 holding(again1)
                 assert wait_until(lambda: status(cluster)["nodes"][1]["processes"] == 1, timeout=5)
             finally:
-                assert again1.stdin is not None
-                again1.stdin.close()
-                assert again1.wait(timeout=15) == 0
+                assert release(again1) == 0
         finally:
             for proc in (on0, on1):
-                if proc.poll() is None:
-                    assert proc.stdin is not None
-                    proc.stdin.close()
-                    try:
-                        proc.wait(timeout=15)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait()
+                release(proc)
         assert on0.returncode == 0  # it ran until released
 
 
@@ -276,3 +289,73 @@ def test_tool_env_keeps_this_checkout() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(Path(__file__).parents[1] / "emulator" / "cluster" / "fleet.py")
+
+
+def _prometheus(port: int, path: str) -> Any:
+    url = f"http://127.0.0.1:{port}/api/v1/{path}"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        body = json.load(resp)
+    assert body["status"] == "success", body
+    return body["data"]
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="Debian package 'prometheus' not installed")
+def test_prometheus_sees_the_lost_node_down_and_its_exporter_down_alert_fires(tmp_path: Path) -> None:
+    """The documented scrape config (docs/cluster.md) and the shipped alert rules (for: 2 s) against a
+    real Prometheus: after node-down, node 1's target stays with up == 0 and NeuronExporterDown fires
+    for it; node 0 stays up."""
+    from tests.test_prometheus_e2e import fast_rules
+
+    with running_cluster("--nodes", "2", "--instance-type", "trn1.2xlarge") as cluster:
+        doc = (ROOT / "docs" / "cluster.md").read_text()
+        scrape = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
+        scrape = scrape.replace("/run/user/1000/neuron-emulator-cluster/file_sd.json", cluster.status["file_sd"])
+        scrape = scrape.replace("scrape_interval: 15s", "scrape_interval: 1s").replace("refresh_interval: 30s", "")
+        rules = fast_rules(ROOT / "dashboards" / "alerts.yml", tmp_path / "alerts.yml")
+        config = tmp_path / "prometheus.yml"
+        config.write_text(f"global:\n  evaluation_interval: 1s\nrule_files: ['{rules}']\n{scrape}")
+        port = free_port()
+        prom = subprocess.Popen(
+            [
+                str(PROMETHEUS),
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+        def up() -> dict[str, str]:
+            try:
+                result = _prometheus(port, "query?" + urllib.parse.urlencode({"query": "up"}))["result"]
+            except OSError:
+                return {}
+            return {r["metric"].get("node", "?"): r["value"][1] for r in result}
+
+        def firing() -> list[dict[str, str]]:
+            alerts = _prometheus(port, "alerts")["alerts"]
+            return [
+                a["labels"]
+                for a in alerts
+                if a["state"] == "firing" and a["labels"]["alertname"] == "NeuronExporterDown"
+            ]
+
+        try:
+            assert wait_until(lambda: up() == {"0": "1", "1": "1"}, timeout=60, interval=0.5), up()
+            down = fault(cluster, "node-down", "--node", "1")
+            assert down.returncode == 0, down.stderr
+            assert wait_until(lambda: up() == {"0": "1", "1": "0"}, timeout=30, interval=0.5), up()
+            assert wait_until(lambda: bool(firing()), timeout=30, interval=0.5)
+            (alert,) = firing()
+            assert alert["node"] == "1" and alert["job"] == "neuron-exporter"
+            assert alert["instance_id"] == cluster.nodes[1]["instance_id"]
+        finally:
+            prom.send_signal(signal.SIGTERM)
+            try:
+                prom.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                prom.kill()
+                prom.wait()

@@ -133,9 +133,9 @@ class ServerGroup:
 
     def call(self, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
         """Run ``coro`` in the group's loop; await the answer in the calling thread's loop."""
-        if self._loop is None:
+        if self._loop is None or self._loop.is_closed():
             coro.close()
-            raise ServerFailed(f"{self.name}: not started")
+            raise ServerFailed(f"{self.name}: not running")
         return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
 
     async def _tick(self) -> None:
@@ -146,9 +146,11 @@ class ServerGroup:
                     await entry.server.on_tick(0)  # counter 0: refresh the Date header
 
     def stop(self) -> None:
-        """Ask every server to shut down (thread-safe; nothing happens before :meth:`start`)."""
+        """Ask every server to shut down (thread-safe; nothing happens before :meth:`start` or
+        after its loop ended)."""
         if self._loop is not None and self._stopping is not None:
-            self._loop.call_soon_threadsafe(self._stop_all)
+            with contextlib.suppress(RuntimeError):  # its loop has ended: nothing serves any more
+                self._loop.call_soon_threadsafe(self._stop_all)
 
     def _stop_all(self) -> None:
         assert self._stopping is not None

@@ -283,6 +283,7 @@ def _cmd_down(args: argparse.Namespace) -> int:
     except DaemonUnavailable as exc:
         raise CliError(f"no daemon running at {address} ({exc.reason})") from None
     pid = int(status["daemon_pid"])
+    _refuse_cluster_node(address, pid)
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -296,6 +297,32 @@ def _cmd_down(args: argparse.Namespace) -> int:
             return 0
         time.sleep(0.05)
     raise CliError(f"daemon pid {pid} did not stop within {DOWN_TIMEOUT_S:g} s")
+
+
+def _refuse_cluster_node(address: DaemonAddress, pid: int) -> None:
+    """A cluster node's daemon is served by the cluster's host: stopping that process would stop
+    every node. Say what stops the cluster, or this node (docs/cluster.md)."""
+    from emulator.cluster.control import node_at
+
+    found = node_at(address)
+    if found is not None and found[0].pid == pid:
+        state, node = found
+        raise CliError(
+            f"{address} is node {node.index} of a cluster of {len(state.nodes)} nodes (host pid {pid}): "
+            f"'neuron-emulator cluster down' stops the cluster, 'neuron-emulator fault node-down --node {node.index}' "
+            "this node"
+        )
+    import psutil
+
+    try:
+        argv = psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return
+    if "cluster" in argv and "up" in argv[argv.index("cluster") :]:  # a host of another runtime directory
+        raise CliError(
+            f"the daemon at {address} is a node of a cluster (host pid {pid}): stop the cluster with "
+            "'neuron-emulator cluster down' (with its XDG_RUNTIME_DIR)"
+        )
 
 
 def _pid_alive(pid: int) -> bool:

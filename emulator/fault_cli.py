@@ -1,7 +1,9 @@
-"""``neuron-emulator fault {slow,nan,ecc,efa,clear}``: faults of one node (docs/faults.md).
+"""``neuron-emulator fault {slow,nan,ecc,efa,node-down,clear}``: faults of one node (docs/faults.md).
 
-The node is the daemon at ``--socket``/``--port`` or NEURON_EMULATOR_ADDR; :func:`target_address`
-is the one place that chooses it (a ``--node N`` of a cluster resolves there).
+The node is the daemon at ``--socket``/``--port`` or NEURON_EMULATOR_ADDR, or node N of the running
+cluster (``--node N``, docs/cluster.md); :func:`target_address` is the one place that chooses it.
+``node-down`` is not asked of the node's daemon but of the cluster's host, which serves the node
+(``emulator/cluster/fleet.py``).
 """
 
 from __future__ import annotations
@@ -13,26 +15,38 @@ from typing import Any
 
 from emulator.runtime.core_spec import format_core_ids
 from emulator.runtime.faults import HARDWARE_ERROR_STATUS
-from neurontools.cli import CliError, UsageError
+from neurontools.cli import CliError, UsageError, number_in_range
 from neurontools.report.names import ECC_EVENTS, MEM_ECC_UNCORRECTED
 from neurontools.sources.address import DaemonAddress
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
 
 PROG = "neuron-emulator"
-KINDS = ("slow", "nan", "ecc", "efa", "clear")
+KINDS = ("slow", "nan", "ecc", "efa", "node-down", "clear")
+NODE_DOWN = "node-down"
 DEFAULT_ECC_EVENT = MEM_ECC_UNCORRECTED.key  # `neuron-emulator fault ecc` without --type
 MAX_SLOW_FACTOR = 1000.0
+MAX_NODE_INDEX = 63  # a cluster has at most 64 nodes (emulator/cluster/nodes.py)
+
+_node_index = number_in_range(
+    int,
+    0,
+    MAX_NODE_INDEX,
+    invalid="invalid node index {text!r} (expected an integer 0-63: a node of 'neuron-emulator cluster status')",
+    out_of_range=f"node {{value}} is out of range (expected 0 to {MAX_NODE_INDEX})",
+)
 
 
 def add_fault_command(sub: Any) -> None:
     """The ``fault`` subcommand on ``sub`` (the subparsers of ``neuron-emulator``)."""
     fault = sub.add_parser(
         "fault",
-        help="inject faults on the node: slow cores, numerical errors, ECC events, EFA bandwidth; clear them",
+        help="inject faults on the node: slow cores, numerical errors, ECC events, EFA bandwidth, node loss; "
+        "clear them",
         description="slow --factor F: executions take F x their device time; nan: executions complete with "
         "a numerical error; ecc: count ECC events (an uncorrectable one fails the core's next execution); "
-        "efa --factor F: inter-node bandwidth factor; clear: remove all of them. Default target: every "
-        "NeuronCore of the node. docs/faults.md.",
+        "efa --factor F: inter-node bandwidth factor; node-down: a cluster node is lost (its processes are "
+        "killed, its daemon and exporter stop; 'neuron-emulator cluster node-up' brings it back); clear: remove "
+        "all but node loss. Default target: every NeuronCore of the node. docs/faults.md.",
     )
     fault.add_argument("kind", choices=KINDS, help="fault kind: " + ", ".join(KINDS))
     fault.add_argument("--device", type=int, metavar="N", help="Neuron device index (its cores)")
@@ -46,27 +60,38 @@ def add_fault_command(sub: Any) -> None:
         help="ecc: " + ", ".join(f"{e} (default)" if e == DEFAULT_ECC_EVENT else e for e in ECC_EVENTS),
     )
     fault.add_argument("--count", type=int, metavar="N", help="ecc: events to count (default 1)")
-    fault.add_argument("--socket", metavar="PATH", help="daemon socket (default: NEURON_EMULATOR_ADDR)")
-    fault.add_argument("--port", type=int, metavar="N", help="daemon on 127.0.0.1:N")
+    where = fault.add_mutually_exclusive_group()
+    where.add_argument(
+        "--node",
+        type=_node_index,
+        metavar="N",
+        help="node N of the running cluster (neuron-emulator cluster status); default: NEURON_EMULATOR_ADDR",
+    )
+    where.add_argument("--socket", metavar="PATH", help="daemon socket (default: NEURON_EMULATOR_ADDR)")
+    where.add_argument("--port", type=int, metavar="N", help="daemon on 127.0.0.1:N")
 
 
 def target_address(
     args: argparse.Namespace, address_of: Callable[[argparse.Namespace], DaemonAddress]
 ) -> DaemonAddress:
-    """The daemon of the node the fault is for: ``--socket``/``--port``/NEURON_EMULATOR_ADDR
-    (``address_of``, the command line's own resolution)."""
+    """The daemon of the node the fault is for: node ``--node N`` of the running cluster, else
+    ``--socket``/``--port``/NEURON_EMULATOR_ADDR (``address_of``, the command line's own resolution)."""
+    if getattr(args, "node", None) is not None:
+        from emulator.cluster.control import node_address
+
+        return node_address(args.node)
     return address_of(args)
 
 
 def fault_body(args: argparse.Namespace) -> dict[str, Any] | None:
-    """The ``POST /v1/faults`` body of the command line (None: ``clear``); UsageError for flags
+    """The ``POST /v1/faults`` body of the command line (None: ``clear``, ``node-down``); UsageError for flags
     that do not fit the kind."""
     kind = args.kind
     if args.factor is not None and kind not in ("slow", "efa"):
         raise UsageError(f"--factor applies to slow and efa, not {kind}")
     if (args.event_type is not None or args.count is not None) and kind != "ecc":
         raise UsageError(f"--type and --count apply to ecc, not {kind}")
-    if (args.device is not None or args.core is not None) and kind in ("efa", "clear"):
+    if (args.device is not None or args.core is not None) and kind in ("efa", NODE_DOWN, "clear"):
         raise UsageError(f"{kind} applies to the whole node: no --device or --core")
     for flag, value in (("--device", args.device), ("--core", args.core)):
         if value is not None and value < 0:
@@ -103,6 +128,8 @@ def _factor(value: float | None, kind: str) -> float:
 
 
 def run_fault(args: argparse.Namespace, address_of: Callable[[argparse.Namespace], DaemonAddress]) -> int:
+    if args.kind == NODE_DOWN:
+        return run_node_down(args, address_of)
     body = fault_body(args)
     client = DaemonClient(target_address(args, address_of), timeout=3.0)
     try:
@@ -113,6 +140,36 @@ def run_fault(args: argparse.Namespace, address_of: Callable[[argparse.Namespace
         raise CliError(f"daemon refused: {exc}") from None
     for line in describe(body, answer):
         print(f"{PROG}: {line}")
+    return 0
+
+
+def run_node_down(args: argparse.Namespace, address_of: Callable[[argparse.Namespace], DaemonAddress]) -> int:
+    """``fault node-down``: the cluster's host kills the node's runtime processes and stops its
+    daemon and exporter. The node is ``--node N``, or the cluster node at the daemon address."""
+    from emulator.cluster.control import node_at, running_cluster, take_down
+
+    fault_body(args)  # refuses the flags of other kinds
+    index = args.node
+    if index is None:
+        address = address_of(args)
+        found = node_at(address)
+        if found is None:
+            raise CliError(
+                f"{NODE_DOWN} takes a node of a cluster down ('neuron-emulator cluster up --nodes N', then --node N); "
+                f"{address} is no node of a running cluster (a single daemon stops with 'neuron-emulator down')"
+            )
+        index = found[1].index
+    answer = take_down(index)
+    state = running_cluster()
+    node = state.nodes[index]
+    print(
+        f"{PROG}: node {index} ({node.instance_id}) is down: its daemon at {node.address} and its exporter at "
+        f"{node.exporter_url} stopped (its Prometheus target stays: up == 0)"
+    )
+    killed = answer.get("killed", [])
+    what = ", ".join(f"{p['pid']} ({p['command'][:40]})" for p in killed) if killed else "none was attached"
+    print(f"{PROG}: runtime processes killed: {what}")
+    print(f"{PROG}: 'neuron-emulator cluster node-up --node {index}' brings it back ('fault clear' does not)")
     return 0
 
 

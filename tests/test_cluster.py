@@ -249,7 +249,7 @@ def test_a_second_cluster_is_refused_while_one_runs(cluster3: Cluster) -> None:
 def test_down_leaves_no_process_socket_or_file() -> None:
     with running_cluster("--nodes", "2", "--instance-type", "trn1.2xlarge") as cluster:
         pid = cluster.status["pid"]
-        assert len(sockets_under(cluster.runtime)) == 2
+        assert sorted(p.name for p in sockets_under(cluster.runtime)) == ["control.sock", "node-0.sock", "node-1.sock"]
         down = cluster_cmd(cluster.runtime, "down")
         assert down.returncode == 0, down.stderr
         assert down.stdout == f"neuron-emulator: stopped the cluster of 2 nodes (host pid {pid})\n"
@@ -272,7 +272,7 @@ def test_foreground_host_stops_cleanly_on_sigterm(short_tmp: Path) -> None:
     try:
         assert wait_until(lambda: (short_tmp / STATE_NAME).exists() or host.poll() is not None, timeout=30)
         state = json.loads((short_tmp / STATE_NAME).read_text())
-        assert state["pid"] == host.pid and len(sockets_under(short_tmp)) == 2
+        assert state["pid"] == host.pid and len(sockets_under(short_tmp)) == 3  # 2 nodes and the host's control
         host.send_signal(signal.SIGTERM)
         out, err = host.communicate(timeout=30)
     finally:
@@ -298,7 +298,7 @@ def test_a_killed_host_is_detected_and_cleaned_up(short_tmp: Path) -> None:
     finally:
         host.kill()
         host.wait()
-    assert len(sockets_under(short_tmp)) == 1  # left behind: nobody ran the host's cleanup
+    assert len(sockets_under(short_tmp)) == 2  # the node's and the control socket: nobody ran the host's cleanup
     status = cluster_cmd(short_tmp, "status")
     assert status.returncode == 1 and f"its host (pid {host.pid}) is gone" in status.stdout
     down = cluster_cmd(short_tmp, "down")

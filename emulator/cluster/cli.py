@@ -2,6 +2,7 @@
 
     neuron-emulator cluster up --nodes N [--instance-type T] [--detach] [--exporter-port-base P] ...
     neuron-emulator cluster status [--json]
+    neuron-emulator cluster node-up --node N     # a node taken down by `fault node-down`, back
     neuron-emulator cluster down
 
 Errors as the rest of ``neuron-emulator``: one line on stderr; exit 2 for a flag that cannot be
@@ -40,6 +41,7 @@ from neurontools.cli import CliError, RaisingParser, UsageError, number_in_range
 PROG = "neuron-emulator"
 DETACH_TIMEOUT_S = 120.0  # 64 nodes start in well under this on a 2-vCPU host (docs/cluster.md)
 DOWN_TIMEOUT_S = 30.0
+NODE_UP_TIMEOUT_S = 10.0
 MIN_INTERVAL, MAX_INTERVAL = 0.1, 3600.0  # neuron-exporter's --interval range
 IDENTITY_FLAGS = ("--region", "--availability-zone", "--availability-zone-id", "--ami-id", "--subnet-id")
 
@@ -51,6 +53,13 @@ _nodes = number_in_range(
     MAX_NODES,
     invalid="invalid node count {text!r} (expected an integer 1-64)",
     out_of_range=f"{{value}} nodes is out of range (expected {MIN_NODES} to {MAX_NODES})",
+)
+_node_index = number_in_range(
+    int,
+    0,
+    MAX_NODES - 1,
+    invalid="invalid node index {text!r} (expected an integer 0-63: a node of 'neuron-emulator cluster status')",
+    out_of_range=f"node {{value}} is out of range (expected 0 to {MAX_NODES - 1})",
 )
 _port_base = number_in_range(
     int,
@@ -128,11 +137,16 @@ def add_cluster_command(subparsers: Any) -> dict[str, Handler]:
     status = sub.add_parser("status", help="the nodes, their addresses and exporters (exit 1 if no cluster runs)")
     status.add_argument("--json", action="store_true", help="print the cluster and its nodes as JSON")
     sub.add_parser("down", help="stop the cluster; its state, sockets and target file are removed")
+    node_up = sub.add_parser(
+        "node-up",
+        help="bring back a node taken down by 'neuron-emulator fault node-down' (a new daemon and exporter)",
+    )
+    node_up.add_argument("--node", type=_node_index, required=True, metavar="N", help="the node's index")
     return {"cluster": cmd_cluster}
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    handlers: dict[str, Handler] = {"up": _cmd_up, "status": _cmd_status, "down": _cmd_down}
+    handlers: dict[str, Handler] = {"up": _cmd_up, "status": _cmd_status, "down": _cmd_down, "node-up": _cmd_node_up}
     return handlers[args.cluster_command](args)
 
 
@@ -340,6 +354,26 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- node-up --------------------------------------------------------------------------------------
+
+
+def _cmd_node_up(args: argparse.Namespace) -> int:
+    from emulator.cluster.control import bring_up, running_cluster
+
+    bring_up(args.node)
+    node = running_cluster().nodes[args.node]
+    deadline = time.monotonic() + NODE_UP_TIMEOUT_S
+    while not exporter_ready(node.exporter_port, timeout=1.0):  # it has read its new daemon
+        if time.monotonic() > deadline:
+            raise CliError(f"node {args.node} is up but its exporter at {node.exporter_url} is not ready")
+        time.sleep(0.05)
+    print(
+        f"{PROG}: node {args.node} ({node.instance_id}) is up again: a new daemon at {node.address} "
+        f"(no process, counters from zero) and exporter at {node.exporter_url}"
+    )
+    return 0
+
+
 # -- down -----------------------------------------------------------------------------------------
 
 
@@ -378,6 +412,9 @@ def _remove_leftovers(state: ClusterState, layout: Layout) -> None:
             for path in (node.address, node.address + ".lock"):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
+    for path in (layout.control_socket, layout.control_socket + ".lock"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
     with contextlib.suppress(OSError):
         os.rmdir(layout.node_dir)
     _remove_free_lock(layout)

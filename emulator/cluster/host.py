@@ -17,6 +17,9 @@ wait for answers that only that loop can give.
 
 Stop: SIGINT, SIGTERM or SIGHUP. The exporters stop first (they unregister from their daemons),
 then the daemons; the state file, the target file, the sockets and the lock go last.
+
+One node at a time can go down and come back (``fleet.py``): the host's control socket, served in
+the daemons' loop beside the nodes, takes the requests.
 """
 
 from __future__ import annotations
@@ -36,23 +39,32 @@ from types import FrameType
 
 from fastapi import FastAPI
 
+from emulator.cluster.fleet import CONTROL_KEY, Fleet, control_app, daemon_app, new_registry
 from emulator.cluster.layout import Layout
 from emulator.cluster.nodes import NodeSpec, Shared
 from emulator.cluster.servers import ServerGroup
-from emulator.cluster.state import ClusterState, NodeState, file_sd_targets, read_state, remove_files, write_json
-from emulator.daemon.app import DaemonInfo, create_app
-from emulator.daemon.registry import Registry
+from emulator.cluster.state import (
+    ClusterState,
+    NodeState,
+    file_sd_targets,
+    host_alive,
+    read_state,
+    remove_files,
+    write_json,
+)
 from emulator.daemon.security import PeerCredentialsProtocol, SecurityError, check_private_dir, ensure_runtime_dir
 from emulator.daemon.server import StartError, listener
-from emulator.hardware.inventory import build_inventory
 from emulator.lifecycle import STOP_SIGNALS, Stopped
 from neurontools.cli import handle_signals
 from neurontools.exporter.app import Exposition
 from neurontools.exporter.app import create_app as create_exporter_app
 from neurontools.exporter.collector import Collector, CompatFeed
 from neurontools.exporter.server import listen
+from neurontools.sources.address import DaemonAddress
 from neurontools.sources.daemon_client import DaemonClient
 from neurontools.sources.tool_session import ToolSession
+
+__all__ = ["HostPlan", "already_running", "host_alive", "run_host"]
 
 PROG = "neuron-emulator"
 EXPORTER_BIND = "127.0.0.1"
@@ -76,17 +88,6 @@ def _say(message: str) -> None:
 
 
 # -- one cluster per runtime directory ------------------------------------------------------------
-
-
-def host_alive(state: ClusterState) -> bool:
-    """Is the state file's host still running (the same process, not a later one with its PID)?"""
-    import psutil
-
-    try:
-        proc = psutil.Process(state.pid)
-        return proc.status() != psutil.STATUS_ZOMBIE and proc.create_time() <= state.started_at + 1.0
-    except psutil.Error:
-        return False
 
 
 def already_running(state: ClusterState) -> str:
@@ -191,8 +192,8 @@ def _exporter_app(node: NodeSpec, port: int, interval: float) -> FastAPI:
     return create_exporter_app(collector, Exposition(collector, per_process=False, on_scrape=True), session=session)
 
 
-def _exporter_socket(node: NodeSpec, base: int) -> socket.socket:
-    port = base + node.index if base else 0
+def _exporter_socket(node: NodeSpec, port: int) -> socket.socket:
+    """A listening socket for the node's exporter on ``port`` (0: one the kernel picks)."""
     try:
         return listen(EXPORTER_BIND, port)
     except OSError as exc:
@@ -242,25 +243,48 @@ def run_host(plan: HostPlan, *, on_ready: Callable[[ClusterState], None] | None 
         _node_dir(plan.layout)
         stack.callback(_remove_node_dir, plan.layout)
         daemons, exporters = ServerGroup("daemons"), ServerGroup("exporters")
+        fleet = Fleet(
+            plan.layout,
+            daemons,
+            exporters,
+            exporter_app=lambda node, port: _exporter_app(node, port, plan.exporter_interval),
+            exporter_socket=lambda node, port: _exporter_socket(node, port),
+        )
+        stack.callback(fleet.close)  # sockets of nodes brought up again; after the servers stopped
         for node in plan.nodes:
             sock, access = stack.enter_context(listener(node.address))  # removes the socket at exit
-            registry = Registry(build_inventory(node.identity.instance_type, node.identity))
-            app = create_app(registry, DaemonInfo(address=str(node.address)), access=access)
-            daemons.add(app, sock, http=PeerCredentialsProtocol, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+            registry = new_registry(node)
+            daemons.add(
+                node.index,
+                daemon_app(node, registry, access),
+                sock,
+                http=PeerCredentialsProtocol,
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+            )
+            fleet.add(node, 0, registry)
+        control, access = stack.enter_context(listener(DaemonAddress(socket_path=plan.layout.control_socket)))
+        daemons.add(
+            CONTROL_KEY,
+            control_app(fleet, access),
+            control,
+            http=PeerCredentialsProtocol,
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        )
         ports = []
         for node in plan.nodes:
-            sock = _exporter_socket(node, plan.exporter_port_base)
+            sock = _exporter_socket(node, plan.exporter_port_base + node.index if plan.exporter_port_base else 0)
             stack.callback(sock.close)
             port = int(sock.getsockname()[1])
             ports.append(port)
+            fleet.nodes[node.index].port = port
             app = _exporter_app(node, port, plan.exporter_interval)
-            exporters.add(app, sock, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+            exporters.add(node.index, app, sock, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
         state = _state(plan, ports, started_at)
         stack.callback(remove_files, state, plan.layout)  # before the sockets go, after the servers stopped
 
         def ready() -> None:
             write_json(plan.file_sd, file_sd_targets(state))
-            write_json(plan.layout.state_file, state.to_dict())
+            fleet.publish(state)
             _say(
                 f"cluster of {len(plan.nodes)} {state.instance_type} nodes up (pid {state.pid}): "
                 f"state {plan.layout.state_file}, Prometheus targets {plan.file_sd}"

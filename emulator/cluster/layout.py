@@ -6,7 +6,7 @@
 | ``neuron-emulator-cluster.json`` | the state file: host PID, nodes, addresses, ports (0600) |
 | ``neuron-emulator-cluster.lock`` | held (``flock``) by the host while it runs: one cluster per user |
 | ``neuron-emulator-cluster.log`` | the host's log with ``cluster up --detach`` (0600) |
-| ``neuron-emulator-cluster/`` | 0700: ``node-<i>.sock`` (each node's daemon) and ``file_sd.json`` |
+| ``neuron-emulator-cluster/`` | 0700: ``node-<i>.sock`` (daemons), ``control.sock`` (the host's), ``file_sd.json`` |
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from neurontools.sources.address import runtime_dir
 
 BASENAME = "neuron-emulator-cluster"
 FILE_SD_NAME = "file_sd.json"
+CONTROL_NAME = "control.sock"
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,11 @@ class Layout:
     def file_sd(self) -> str:
         """The default Prometheus target file (``cluster up --file-sd PATH`` writes it elsewhere)."""
         return os.path.join(self.node_dir, FILE_SD_NAME)
+
+    @property
+    def control_socket(self) -> str:
+        """The host's control socket: takes a node down (``fault node-down``) and up again."""
+        return os.path.join(self.node_dir, CONTROL_NAME)
 
     def node_socket(self, index: int) -> str:
         return os.path.join(self.node_dir, f"node-{index}.sock")

@@ -1,6 +1,8 @@
 """The cluster's state file and its Prometheus ``file_sd`` target file.
 
-The host writes both once every node's daemon and exporter listen, and removes them when it stops.
+The host writes both once every node's daemon and exporter listen, and removes them when it stops;
+it writes the state file again when a node goes down or comes back (``NodeState.down``). A node
+that is down keeps its target: Prometheus then sees ``up == 0`` for it.
 The state file (``Layout.state_file``, 0600) says which host process serves which nodes where; the
 target file is Prometheus' ``file_sd`` format: one target group per node, the exporter's
 ``host:port`` with labels ``node``, ``instance_id`` and ``placement_group``.
@@ -32,6 +34,7 @@ class NodeState:
     address: str  # the daemon's NEURON_EMULATOR_ADDR
     exporter_url: str  # http://127.0.0.1:PORT/metrics
     exporter_port: int
+    down: bool = False  # taken down by `neuron-emulator fault node-down` (its daemon and exporter stopped)
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,12 @@ def _int(value: Any) -> int:
     return value
 
 
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, got {value!r}")
+    return value
+
+
 def _str(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a string, got {value!r}")
@@ -94,7 +103,19 @@ def _node(data: Any) -> NodeState:
         address=_str(data["address"]),
         exporter_url=_str(data["exporter_url"]),
         exporter_port=_int(data["exporter_port"]),
+        down=_bool(data.get("down", False)),
     )
+
+
+def host_alive(state: ClusterState) -> bool:
+    """Is the state file's host still running (the same process, not a later one with its PID)?"""
+    import psutil
+
+    try:
+        proc = psutil.Process(state.pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and proc.create_time() <= state.started_at + 1.0
+    except psutil.Error:
+        return False
 
 
 def write_json(path: str, data: Any) -> None:

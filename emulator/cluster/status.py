@@ -1,5 +1,6 @@
 """What ``neuron-emulator cluster status`` shows: the state file's nodes, each asked live whether its
-daemon answers (and what it holds) and whether its exporter is ready."""
+daemon answers (and what it holds) and whether its exporter is ready. A node taken down by
+``fault node-down`` has ``down: true`` (the state file's) and answers nothing."""
 
 from __future__ import annotations
 
@@ -102,7 +103,9 @@ def render_table(status: dict[str, Any]) -> list[str]:
     for n in nodes:
         row = [str(n["index"]), n["instance_id"], n["address"], n["exporter_url"]]
         if live:
-            if not n["exporter_ready"]:
+            if n.get("down"):
+                row[3] += " (node down)"
+            elif not n["exporter_ready"]:
                 row[3] += " (not ready)"
             row += [_cores(n), "-" if n["processes"] is None else str(n["processes"])]
         rows.append(row)

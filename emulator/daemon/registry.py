@@ -234,6 +234,13 @@ class Registry:
             entry = self._entries.get(pid)
             return entry.process if entry else None
 
+    def start_time(self, pid: int) -> float | None:
+        """The start time the registry knows process ``pid`` by (None: not attached); a live
+        process with another start time is a later one with a recycled PID."""
+        with self._lock:
+            entry = self._entries.get(pid)
+            return entry.start_time if entry else None
+
     def snapshot(self) -> Inventory:
         return self._inventory.with_processes(self.processes())
 

@@ -193,6 +193,8 @@ def concrete(expr: str) -> str:
 def test_every_dashboard_query_returns_data(stack: Stack, dashboard: str) -> None:
     queries = dashboard_queries(DASHBOARDS / dashboard)
     assert queries
+    # a multi-node job's families: tests/test_fleet_e2e.py runs one and checks those queries
+    queries = [q for q in queries if not any(f in q for f in ("neuron_job_", "neuron_collective_wait_seconds_total"))]
     empty = [q for q in queries if not stack.query(concrete(q))]
     assert empty == [], f"queries without data in {dashboard}: {empty}"
 

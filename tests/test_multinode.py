@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from emulator.hardware import get_instance_type
-from emulator.parallel.launch import load_models
+from emulator.parallel.launch import load_models, rank_groups
 from emulator.parallel.plan_file import GraphEntry
 from emulator.parallel.replay import efa_extra
 from emulator.parallel.runner import JobRequest, plan_request
@@ -180,6 +180,41 @@ def test_a_lost_node_fails_the_job_on_every_node(cluster2: Cluster, cache: Path)
     # the survivors' collectives timed out: counted on node 0, as the runtime's errors
     key = ("neuron_executions_total", frozenset({("outcome", "timed_out")}))
     assert wait_until(lambda: metrics(cluster2.nodes[0]).get(key, 0) >= before + 2, timeout=5)
+
+
+def test_ranks_per_process_drive_a_nodes_ranks_from_one_process(cluster2: Cluster, cache: Path) -> None:
+    proc = run_job(cluster2, cache, "--nodes", "2", "--steps", "30", "--ranks-per-process", "2")
+    try:
+        assert wait_until(lambda: all(len(node_processes(cluster2, n)) == 1 for n in (0, 1)), timeout=60)
+        for node in (0, 1):
+            [holder] = node_processes(cluster2, node)
+            assert holder["neuroncores"] == [0, 1]  # one process, both cores: shown as it is
+            assert psutil.Process(holder["pid"]).environ()["NEURON_EMULATOR_RANKS"] == f"{2 * node},{2 * node + 1}"
+
+        def both_cores_busy() -> bool:
+            return all(
+                metrics(cluster2.nodes[n]).get(
+                    ("neuroncore_busy_seconds_total", frozenset({("neuron_device", "0"), ("neuroncore", c)})), 0
+                )
+                > 0
+                for n in (0, 1)
+                for c in ("0", "1")
+            )
+
+        assert wait_until(both_cores_busy, timeout=30)
+    finally:
+        proc.send_signal(signal.SIGINT)
+    code, out, err = finish(proc)
+    assert code == 130, err
+    assert "2 ranks per process: 2 processes hold the job's 4 cores" in out
+    assert wait_until(no_ranks_left, timeout=10)
+
+
+def test_rank_groups_stay_inside_a_node() -> None:
+    plan = plan_request(JobRequest(MODEL, nodes=2), get_instance_type("trn1.2xlarge"))
+    groups = rank_groups(list(plan.places), 3)  # 2 ranks per node: a group never spans nodes
+    assert [[p.rank for p in g] for g in groups] == [[0, 1], [2, 3]]
+    assert [[p.rank for p in g] for g in rank_groups(list(plan.places), 1)] == [[0], [1], [2], [3]]
 
 
 # -- one launcher per host (c10d store on loopback) -----------------------------------------------

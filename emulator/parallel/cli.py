@@ -51,6 +51,12 @@ def add_multinode_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --node-rank: host of node 0's launcher (its c10d store; default 127.0.0.1)",
     )
     g.add_argument("--master-port", metavar="PORT", help="with --node-rank: port of the c10d store on node 0")
+    g.add_argument(
+        "--ranks-per-process",
+        metavar="K",
+        help="replay K ranks of a node in one process holding their K cores (default 1: a process per rank, "
+        "as torchrun starts them); for fleets too large for a process per rank",
+    )
 
 
 def node_targets(args: argparse.Namespace):  # -> NodeTargets
@@ -149,6 +155,7 @@ def cmd_run_parallel(args: argparse.Namespace, instance_type: str, targets: Any 
     try:
         request = request_from_args(args, args.workload)
         steps = _int("--steps", args.steps, None)
+        per_process = _int("--ranks-per-process", getattr(args, "ranks_per_process", None), 1) or 1
         plan = plan_request(request, instance, progress=lambda text: print(text + " ...", flush=True))
     except ConfigError as exc:
         report_error(str(exc))
@@ -158,6 +165,15 @@ def cmd_run_parallel(args: argparse.Namespace, instance_type: str, targets: Any 
         return 1
     report = ParallelReport(plan, steps or 10)
     report.header()
+    if per_process > 1:
+        from emulator.parallel.launch import rank_groups
+
+        groups = rank_groups(list(plan.places), per_process)
+        print(
+            f"  {per_process} ranks per process: {len(groups)} processes hold the job's {plan.config.world} cores "
+            "(docs/multinode.md)",
+            flush=True,
+        )
     code = launch(
         plan,
         steps=report.steps,
@@ -165,6 +181,7 @@ def cmd_run_parallel(args: argparse.Namespace, instance_type: str, targets: Any 
         env=dict(os.environ),
         on_step=report.step,
         targets=targets,
+        ranks_per_process=per_process,
     )
     if code == 0:
         report.summary()

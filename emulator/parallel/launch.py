@@ -34,7 +34,7 @@ from emulator.parallel.job import JobPlan
 from emulator.parallel.job_report import JobReporter
 from emulator.parallel.nodes import NodeTargets, single_node
 from emulator.parallel.plan import RankPlace
-from emulator.parallel.plan_file import JOB_ID_ENV, JOB_PLAN_ENV, plan_document, write_plan
+from emulator.parallel.plan_file import JOB_ID_ENV, JOB_PLAN_ENV, RANKS_ENV, plan_document, write_plan
 from emulator.parallel.rendezvous import (
     JobAborted,
     LocalRendezvous,
@@ -104,6 +104,7 @@ def launch(
     env: dict[str, str],
     on_step: Callable[[int, float], None] = lambda step, seconds: None,
     targets: NodeTargets | None = None,
+    ranks_per_process: int = 1,
 ) -> int:
     """Run the planned job for ``steps`` steps on the nodes of ``targets`` (default: the one
     daemon of ``env``); 0, or 1 when a rank failed (its error is on stderr), 130/143 when stopped
@@ -112,7 +113,15 @@ def launch(
         targets = single_node(env.get("NEURON_EMULATOR_ADDR", ""))
     with stop_on_signals():  # docs/lifecycle.md: a stop signal stops every rank, then 128 + signal
         try:
-            return _launch(plan, steps=steps, flags=flags, env=env, on_step=on_step, targets=targets)
+            return _launch(
+                plan,
+                steps=steps,
+                flags=flags,
+                env=env,
+                on_step=on_step,
+                targets=targets,
+                ranks_per_process=ranks_per_process,
+            )
         except Stopped as stopped:
             return stopped.status
 
@@ -132,10 +141,11 @@ def _rendezvous(plan: JobPlan, targets: NodeTargets) -> Rendezvous:
 
 
 class _Ranks:
-    """This launcher's rank processes, their logs, and the lockstep protocol with them."""
+    """This launcher's rank processes (each driving one rank, or a group of a node's ranks), their
+    logs, and the lockstep protocol with them."""
 
-    def __init__(self, places: list[RankPlace]) -> None:
-        self.places = places
+    def __init__(self, groups: list[list[RankPlace]]) -> None:
+        self.groups = groups
         self.procs: list[subprocess.Popen] = []
         self.logs: list[Path] = []
 
@@ -148,16 +158,8 @@ class _Ranks:
                 except OSError:
                     pass
 
-    def lost(self) -> tuple[RankPlace, int] | None:
-        """The first rank that has exited during the job (any exit before the last step)."""
-        for place, p in zip(self.places, self.procs, strict=True):
-            code = p.poll()
-            if code is not None:
-                return place, code
-        return None
-
     def collect(self, step: int) -> dict[int, float]:
-        """Every rank's end of ``step`` (its ``step N END`` line); raises _RankLost."""
+        """Every rank's end of ``step`` (its process's ``step N END`` line); raises _RankLost."""
         pending = {p.stdout.fileno(): i for i, p in enumerate(self.procs) if p.stdout is not None}
         ends: dict[int, float] = {}
         while pending:
@@ -168,23 +170,35 @@ class _Ranks:
                 assert stdout is not None
                 line = stdout.readline().split()
                 if len(line) == 3 and line[0] == "step" and int(line[1]) == step:
-                    ends[self.places[i].rank] = float(line[2])
+                    for place in self.groups[i]:
+                        ends[place.rank] = float(line[2])
                     del pending[fd]
-                elif not line:  # end of output: the rank is gone
+                elif not line:  # end of output: the process is gone
                     self.procs[i].wait()
-                    raise _RankLost(self.places[i], self.procs[i].returncode)
+                    raise _RankLost(self.groups[i], self.procs[i].returncode)
             if not ready:
-                gone = [(self.places[i], self.procs[i].poll()) for i in pending.values()]
-                for place, code in gone:
+                for i in pending.values():
+                    code = self.procs[i].poll()
                     if code is not None:
-                        raise _RankLost(place, code)
+                        raise _RankLost(self.groups[i], code)
         return ends
 
 
+def rank_groups(places: list[RankPlace], per_process: int) -> list[list[RankPlace]]:
+    """The ranks each replay process drives: ``per_process`` consecutive ranks of one node."""
+    groups: list[list[RankPlace]] = []
+    for place in places:
+        if groups and groups[-1][-1].node == place.node and len(groups[-1]) < per_process:
+            groups[-1].append(place)
+        else:
+            groups.append([place])
+    return groups
+
+
 class _RankLost(Exception):
-    def __init__(self, place: RankPlace, code: int) -> None:
-        super().__init__(place.rank)
-        self.place = place
+    def __init__(self, group: list[RankPlace], code: int) -> None:
+        super().__init__(group[0].rank)
+        self.group = group
         self.code = code
 
 
@@ -196,10 +210,11 @@ def _launch(
     env: dict[str, str],
     on_step: Callable[[int, float], None],
     targets: NodeTargets,
+    ranks_per_process: int,
 ) -> int:
     models, compile_seconds = load_models(plan, env)
     local = [p for p in plan.places if p.node in targets.addresses]
-    ranks = _Ranks(local)
+    ranks = _Ranks(rank_groups(local, ranks_per_process))
     workdir = Path(tempfile.mkdtemp(prefix="neuron-emulator-job-"))
     plan_path = workdir / "plan.json"
     try:
@@ -212,26 +227,32 @@ def _launch(
     offset = time.time() - time.monotonic()
     try:
         write_plan(plan_document(plan, steps=steps, models=models, compile_seconds=compile_seconds), plan_path)
-        for place in local:
+        for group in ranks.groups:
+            place = group[0]
             log = workdir / f"rank{place.rank}.log"
             ranks.logs.append(log)
+            cores = [p.core for p in group]
+            tag = f"{plan.model}-rank{place.rank}" + (f"-{group[-1].rank}" if len(group) > 1 else "")
             rank_env = {
                 **env,
                 JOB_PLAN_ENV: str(plan_path),
                 JOB_ID_ENV: rdzv.job_id,
+                RANKS_ENV: ",".join(str(p.rank) for p in group),
                 "NEURON_EMULATOR_ADDR": targets.addresses[place.node],
                 "RANK": str(place.rank),
                 "LOCAL_RANK": str(place.core),
                 "GROUP_RANK": str(place.node),
                 "WORLD_SIZE": str(plan.config.world),
                 "LOCAL_WORLD_SIZE": str(plan.config.ranks_per_node),
-                "NEURON_RT_VISIBLE_CORES": str(place.core),
-                "NEURON_PROCESS_TAG": env.get("NEURON_PROCESS_TAG") or f"{plan.model}-rank{place.rank}",
+                "NEURON_RT_VISIBLE_CORES": ",".join(map(str, cores)),
+                "NEURON_PROCESS_TAG": env.get("NEURON_PROCESS_TAG") or tag,
                 LAUNCHER_PID_ENV: str(os.getpid()),
             }
             if targets.distributed:
                 rank_env.update(MASTER_ADDR=targets.master_addr, MASTER_PORT=str(targets.master_port))
             rank_env.pop("NEURON_RT_NUM_CORES", None)
+            if len(group) > 1:  # LOCAL_RANK would pick one core of the visible ones (core_spec.py)
+                del rank_env["LOCAL_RANK"]
             with open(log, "w") as err:
                 ranks.procs.append(
                     subprocess.Popen(
@@ -271,7 +292,7 @@ def _launch(
         rdzv.close()
         return 0
     except _RankLost as lost:
-        cause = _first_error(ranks.logs) or _exit_text(lost.place, lost.code, targets)
+        cause = _first_error(ranks.logs) or _exit_text(lost.group, lost.code)
         rdzv.abort(cause)
         return _fail_job(ranks, cause)
     except JobAborted as exc:
@@ -287,9 +308,12 @@ def _launch(
         workdir.rmdir()
 
 
-def _exit_text(place: RankPlace, code: int, targets: NodeTargets) -> str:
+def _exit_text(group: list[RankPlace], code: int) -> str:
     how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
-    return f"rank {place.rank} (node {place.node}, nc{place.core}) {how}"
+    first, last = group[0], group[-1]
+    if len(group) == 1:
+        return f"rank {first.rank} (node {first.node}, nc{first.core}) {how}"
+    return f"the process of ranks {first.rank}-{last.rank} (node {first.node}, nc{first.core}-nc{last.core}) {how}"
 
 
 def _fail_job(ranks: _Ranks, cause: str) -> int:
@@ -303,7 +327,8 @@ def _fail_job(ranks: _Ranks, cause: str) -> int:
     report_error(cause)
     by_node: dict[int, list[int]] = {}
     for i in survivors:
-        by_node.setdefault(ranks.places[i].node, []).append(ranks.places[i].rank)
+        for place in ranks.groups[i]:
+            by_node.setdefault(place.node, []).append(place.rank)
     for node, members in sorted(by_node.items()):
         report_error(
             f"node {node}: {len(members)} rank(s) ({_span(members)}) stopped with NRT_TIMEOUT "

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from emulator.runtime.compile_cache import LoadedModel
 
 JOB_PLAN_ENV = "NEURON_EMULATOR_JOB_PLAN"
+RANKS_ENV = "NEURON_EMULATOR_RANKS"  # the ranks one replay process drives (--ranks-per-process)
 JOB_ID_ENV = "NEURON_EMULATOR_JOB_ID"  # the job's id (docs/multinode.md), the same on every node
 FORMAT_VERSION = 1
 

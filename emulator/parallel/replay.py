@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from emulator.lifecycle import die_with_parent, launcher_pid
-from emulator.parallel.plan_file import JOB_PLAN_ENV, RankPlan, load_rank_plan
+from emulator.parallel.plan_file import JOB_PLAN_ENV, RANKS_ENV, RankPlan, load_rank_plan
 from emulator.runtime.attach import RuntimeSession, attach, detach
 from emulator.runtime.errors import NeuronRuntimeError
 from emulator.runtime.faults import NO_FAULTS, CoreFaults, failed_execution
@@ -62,13 +62,14 @@ def _sleep_listening(session: RuntimeSession, until: float) -> str | None:
             return sys.stdin.readline()
 
 
-def _resume(plan: RankPlan) -> dict[str, list[dict[str, Any]]] | None:
-    """What the rank has shown the daemon so far — its shard's HBM and the graphs loaded — for
-    registering again with a restarted daemon (docs/lifecycle.md); None before its first step."""
-    if not plan.loaded:
+def _resume(plans: list[RankPlan]) -> dict[str, list[dict[str, Any]]] | None:
+    """What the ranks have shown the daemon so far — their shards' HBM and the graphs loaded — for
+    registering again with a restarted daemon (docs/lifecycle.md); None before the first step."""
+    if not any(plan.loaded for plan in plans):
         return None
-    models = [{**plan.graphs[name].model, "core": plan.core} for name in sorted(plan.loaded)]
-    return {"cores": [{"core": plan.core, "memory": plan.memory, "peak": plan.peak}], "models": models}
+    models = [{**p.graphs[name].model, "core": p.core} for p in plans for name in sorted(p.loaded)]
+    cores = [{"core": p.core, "memory": p.memory, "peak": p.peak} for p in plans]
+    return {"cores": cores, "models": models}
 
 
 def _bodies(
@@ -143,24 +144,29 @@ def batches(bodies: list[dict[str, Any]], limit: int = REPLAY_BATCH_BYTES) -> It
         yield post
 
 
-def _post(session: RuntimeSession, bodies: list[dict[str, Any]], faults: CoreFaults) -> CoreFaults:
+def _post(
+    session: RuntimeSession, bodies: list[dict[str, Any]], faults: dict[int, CoreFaults]
+) -> dict[int, CoreFaults]:
     """Send the step's executions; training goes on without a daemon (docs/lifecycle.md).
-    Returns the core's faults the daemon answered (``faults``: those known so far), which the
-    rank applies from its next step (docs/faults.md)."""
-    core = int(bodies[0]["core"]) if bodies else -1
+    Returns the faults the daemon answered for each of the process's cores (``faults``: those
+    known so far), which the ranks apply from their next step (docs/faults.md)."""
     for post in batches(bodies):
         try:
             answer = session.client.post(f"/processes/{session.owner_pid}/executions/batch", {"executions": post})
         except DaemonUnavailable:
             session.suspect()
-            return NO_FAULTS
+            return {}
         except DaemonError as exc:
             if exc.status == 404:  # a restarted daemon that does not know us (yet)
                 session.suspect()
-                return NO_FAULTS
+                return {}
             continue
-        faults = CoreFaults.from_answer(answer, core)
+        faults = {core: CoreFaults.from_answer(answer, core) for core in faults or _cores(bodies)}
     return faults
+
+
+def _cores(bodies: list[dict[str, Any]]) -> list[int]:
+    return sorted({int(b["core"]) for b in bodies})
 
 
 def _fail(
@@ -176,41 +182,49 @@ def _fail(
         "compile_cache": compile_cache,
         "memory": {"core": plan.memory, "peak": plan.peak},
     }
-    _post(session, [failed_execution(plan.core, now, 0.0, base)], NO_FAULTS)
+    _post(session, [failed_execution(plan.core, now, 0.0, base)], {})
     return NeuronRuntimeError(error.status, f"rank {plan.rank}: {error.message}")
 
 
-def run(plan: RankPlan) -> int:
-    """Replay the steps in lockstep with the job (docs/multinode.md): after each step the rank
-    prints ``step N END`` (``time.monotonic()`` when its work ended) and waits for the launcher's
-    ``go START`` — the job-wide end of the step, when its slowest rank finished — or ``abort
-    WHY``: a peer is lost, and this rank's next collective times out."""
+def run(plans: list[RankPlan]) -> int:
+    """Replay the steps of ``plans`` (this process's ranks: one, or a node's worth with
+    ``--ranks-per-process``) in lockstep with the job (docs/multinode.md): after each step the
+    process prints ``step N END`` (``time.monotonic()`` when the last of its ranks ended it) and
+    waits for the launcher's ``go START`` — the job-wide end of the step — or ``abort WHY``: a
+    peer is lost, and the ranks' next collective times out."""
     session = attach()
-    counters = {"hits": 0, "misses": 0}
+    counters = {"hits": 0, "misses": 0}  # the process's compile-cache counts, all its ranks
     base = {"hits": 0, "misses": 0}
-    session.set_resume(lambda: _resume(plan))
+    session.set_resume(lambda: _resume(plans))
     session.on_register(lambda: base.update(counters))
     print("ready", flush=True)
     line = _wait_line(session, deadline=None)
     if line is None:
         return 0
     if line.startswith("abort"):  # another node could not start its ranks
-        raise NeuronRuntimeError("NRT_TIMEOUT", f"rank {plan.rank}: the job did not start: {line[5:].strip()}")
+        raise NeuronRuntimeError("NRT_TIMEOUT", f"{_who(plans)}: the job did not start: {line[5:].strip()}")
     t0 = float(line)
-    start = t0 + plan.compile_seconds  # every rank waits for the slowest stage's compile
-    faults = NO_FAULTS
-    for step in range(1, plan.steps + 1):
-        failure = faults.hardware_failure(plan.core, f"step {step}")
-        if failure is not None:
-            raise _fail(session, plan, failure, {k: counters[k] - base[k] for k in ("hits", "misses")})
-        length = plan.first_step_seconds if step == 1 else plan.step_seconds
-        bodies, delay = _bodies(plan, step, start, counters, base, faults)
+    first = plans[0]
+    start = t0 + first.compile_seconds  # every rank waits for the slowest stage's compile
+    faults: dict[int, CoreFaults] = {}
+    for step in range(1, first.steps + 1):
+        for plan in plans:
+            failure = faults.get(plan.core, NO_FAULTS).hardware_failure(plan.core, f"step {step}")
+            if failure is not None:
+                raise _fail(session, plan, failure, {k: counters[k] - base[k] for k in ("hits", "misses")})
+        length = first.first_step_seconds if step == 1 else first.step_seconds
+        bodies: list[dict[str, Any]] = []
+        delay = 0.0
+        for plan in plans:
+            mine, late = _bodies(plan, step, start, counters, base, faults.get(plan.core, NO_FAULTS))
+            bodies += mine
+            delay = max(delay, late)
         faults = _post(session, bodies, faults)
         end = start + length + delay
         heard = _sleep_listening(session, end)
         if heard is None:
             print(f"step {step} {end!r}", flush=True)
-            if step == plan.steps:
+            if step == first.steps:
                 break
             heard = _wait_line(session, deadline=None) or ""
         if not heard:
@@ -218,29 +232,37 @@ def run(plan: RankPlan) -> int:
         word, _, rest = heard.strip().partition(" ")
         if word == "abort":
             compile_cache = {k: counters[k] - base[k] for k in ("hits", "misses")}
-            raise _timed_out(session, plan, step + 1, rest, compile_cache)
+            raise _timed_out(session, plans, step + 1, rest, compile_cache)
         start = max(end, float(rest))
     return 0
 
 
+def _who(plans: list[RankPlan]) -> str:
+    ranks = [p.rank for p in plans]
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks[0]}-{ranks[-1]}"
+
+
 def _timed_out(
-    session: RuntimeSession, plan: RankPlan, step: int, why: str, compile_cache: dict[str, int]
+    session: RuntimeSession, plans: list[RankPlan], step: int, why: str, compile_cache: dict[str, int]
 ) -> NeuronRuntimeError:
-    """A peer is gone: this rank's next step blocks in its first collective until the runtime's
-    timeout; the execution is reported ``timed_out`` (error_summary ``runtime``) and the rank ends
-    with the runtime's error."""
+    """A peer is gone: each rank's next step blocks in its first collective until the runtime's
+    timeout; the executions are reported ``timed_out`` (error_summary ``runtime``) and the process
+    ends with the runtime's error."""
     now = time.monotonic()
-    first = plan.graphs[plan.slots(first=False)[0].graph]
-    body = {
-        **failed_execution(plan.core, now, 0.0, {"model": first.model, "compile_cache": compile_cache}),
-        "outcome": "timed_out",
-        "memory": {"core": plan.memory, "peak": plan.peak},
-    }
-    body.pop("error", None)
-    _post(session, [body], NO_FAULTS)
-    return NeuronRuntimeError(
-        "NRT_TIMEOUT", f"rank {plan.rank}: step {step} on nc{plan.core}: a collective timed out: {why}"
-    )
+    bodies = []
+    for plan in plans:
+        first = plan.graphs[plan.slots(first=False)[0].graph]
+        body = {
+            **failed_execution(plan.core, now, 0.0, {"model": first.model, "compile_cache": compile_cache}),
+            "outcome": "timed_out",
+            "memory": {"core": plan.memory, "peak": plan.peak},
+        }
+        body.pop("error", None)
+        bodies.append(body)
+    _post(session, bodies, {})
+    cores = [p.core for p in plans]
+    where = f"nc{cores[0]}" if len(cores) == 1 else f"nc{cores[0]}-nc{cores[-1]}"
+    return NeuronRuntimeError("NRT_TIMEOUT", f"{_who(plans)}: step {step} on {where}: a collective timed out: {why}")
 
 
 def main() -> int:
@@ -250,8 +272,9 @@ def main() -> int:
     path = os.environ.get(JOB_PLAN_ENV, "")
     rank = int(os.environ.get("RANK", "0"))
     try:
-        plan = load_rank_plan(path, rank)
-        return run(plan)
+        # RANKS: the ranks this process drives (--ranks-per-process), RANK the first of them
+        ranks = [int(r) for r in os.environ.get(RANKS_ENV, str(rank)).split(",")]
+        return run([load_rank_plan(path, r) for r in ranks])
     except NeuronRuntimeError as exc:
         print(ERROR_PREFIX + str(exc), file=sys.stderr, flush=True)
         return 1

@@ -296,3 +296,29 @@ def test_cut_efa_bandwidth_stretches_only_inter_node_collectives() -> None:
     assert efa_extra(graph.collectives, CoreFaults()) == 0.0
     # half the bandwidth: the 0.3 s over EFA take 0.6 s
     assert efa_extra(graph.collectives, CoreFaults(efa_bandwidth_factor=0.5)) == pytest.approx(0.3)
+
+
+# -- the whole fleet of the issue: Llama 2 7B TP8 over 4 trn1.32xlarge ----------------------------
+
+
+def test_llama2_7b_tp8_trains_on_all_128_cores_of_four_trn1_32xlarge() -> None:
+    with running_cluster("--nodes", "4", "--instance-type", "trn1.32xlarge") as cluster:
+        cache = cluster.runtime / "compile-cache"
+        plan = plan_request(JobRequest("llama2-7b", tp=8, nodes=4), get_instance_type("trn1.32xlarge"))
+        load_models(plan, {"NEURON_COMPILE_CACHE_URL": str(cache)})
+        proc = subprocess.Popen(
+            [str(BIN / "neuron-emulator"), "run", "llama2-7b", "--nodes", "4", "--tp", "8", "--steps", "3"],
+            env=cluster.env(0, NEURON_COMPILE_CACHE_URL=str(cache)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        code, out, err = finish(proc, timeout=180)
+        assert code == 0, err
+        assert "TP8xPP1xDP16" in out and "128 ranks on NeuronCores nc0-nc31 on each of 4 nodes" in out
+        assert "ZeRO-1 and sequence parallelism on as in the published recipe" in out
+        for node in range(4):
+            m = metrics(cluster.nodes[node])
+            busy = [v for (name, _), v in m.items() if name == "neuroncore_busy_seconds_total"]
+            assert len(busy) == 32 and min(busy) > 0  # every core of every node worked
+            assert max(job_series(cluster, node, "neuron_job_steps_total").values()) == 3

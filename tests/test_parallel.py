@@ -143,7 +143,10 @@ def test_zero1_shards_optimizer_state_over_dp() -> None:
 
 
 def test_pipeline_stages_hold_their_layers_and_activations_in_flight() -> None:
-    req = JobRequest("llama2-7b", tp=8, pp=4, dp=1, micro_batch=1, global_batch=8, seq_len=512)
+    # the recipe's ZeRO-1 and sequence parallelism off: whole-sequence sends, full optimizer state
+    req = JobRequest(
+        "llama2-7b", tp=8, pp=4, dp=1, micro_batch=1, global_batch=8, seq_len=512, zero1=False, sequence_parallel=False
+    )
     plan = plan_request(req, TRN1_32)
     assert [tl.max_in_flight for tl in plan.timeline.stages] == [4, 3, 2, 1]
     assert all(plan.timeline.bubble(s) > 0.1 for s in range(4))
@@ -211,3 +214,19 @@ def test_recompute_trades_activation_memory_for_compute() -> None:
     step, step_rc = (p.stages[0].program.graphs["micro_step"] for p in (plain, again))
     assert step_rc.flops > step.flops * 1.25  # the forward runs again in the backward pass
     assert step_rc.compute_seconds > step.compute_seconds
+
+
+def test_a_models_published_recipe_sets_what_the_request_leaves_open() -> None:
+    from emulator.parallel.runner import recipe_defaults, resolve
+
+    open_ = JobRequest("llama2-7b", tp=8, nodes=4)
+    config, _ = resolve(open_, TRN1_32)
+    assert config.zero1 and config.sequence_parallel  # neuronx-distributed's tp_zero1_llama recipe
+    assert recipe_defaults(open_) == ["zero1", "sequence_parallel"]
+    off = JobRequest("llama2-7b", tp=8, nodes=4, zero1=False, sequence_parallel=False)
+    config, _ = resolve(off, TRN1_32)
+    assert not config.zero1 and not config.sequence_parallel and recipe_defaults(off) == []
+    config, _ = resolve(JobRequest("llama2-7b"), TRN1_32)  # no TP: no sequence parallelism to turn on
+    assert config.zero1 and not config.sequence_parallel
+    config, _ = resolve(JobRequest("gpt3-6.7b", tp=8), TRN1_32)  # no recipe: as asked
+    assert not config.zero1 and not config.sequence_parallel

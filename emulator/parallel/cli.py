@@ -29,9 +29,17 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--dp", metavar="N", help="data-parallel replicas (default: fill the instance's cores)")
     g.add_argument("--micro-batch", metavar="B", help="micro-batch per data-parallel rank (default 1)")
     g.add_argument("--global-batch", metavar="G", help="global batch = micro-batch x dp x accumulation")
-    g.add_argument("--zero1", action="store_true", help="shard the optimizer state over the data-parallel group")
+    g.add_argument(
+        "--zero1",
+        action=argparse.BooleanOptionalAction,
+        help="shard the optimizer state over the data-parallel group (default: as the model's published recipe)",
+    )
     g.add_argument("--recompute", action="store_true", help="recompute activations in the backward pass")
-    g.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism (needs --tp)")
+    g.add_argument(
+        "--sequence-parallel",
+        action=argparse.BooleanOptionalAction,
+        help="Megatron sequence parallelism (needs --tp; default: as the model's published recipe)",
+    )
     g.add_argument("--schedule", metavar="S", help="pipeline schedule: 1f1b (default) or gpipe")
 
 
@@ -120,9 +128,9 @@ def request_from_args(args: argparse.Namespace, model: str):  # -> JobRequest
         global_batch=_int("--global-batch", args.global_batch, None),
         seq_len=_int("--seq-len", getattr(args, "seq_len", None), None),
         nodes=_int("--nodes", getattr(args, "nodes", None), 1) or 1,
-        zero1=bool(args.zero1),
+        zero1=args.zero1,
         recompute=bool(args.recompute),
-        sequence_parallel=bool(args.sequence_parallel),
+        sequence_parallel=args.sequence_parallel,
         schedule=(args.schedule or "1f1b").lower(),
         dtype=dtype,
         auto_cast=getattr(args, "auto_cast", None),
@@ -136,9 +144,12 @@ def forwarded_flags(args: argparse.Namespace) -> list[str]:
         value = getattr(args, flag, None)
         if value is not None:
             out += ["--" + flag.replace("_", "-"), str(value)]
-    for flag in ("zero1", "recompute", "sequence_parallel"):
-        if getattr(args, flag, False):
-            out.append("--" + flag.replace("_", "-"))
+    if getattr(args, "recompute", False):
+        out.append("--recompute")
+    for flag in ("zero1", "sequence_parallel"):  # on, off, or (None) as the model's recipe has it
+        value = getattr(args, flag, None)
+        if value is not None:
+            out.append(("--" if value else "--no-") + flag.replace("_", "-"))
     return out
 
 
@@ -149,7 +160,7 @@ def cmd_run_parallel(args: argparse.Namespace, instance_type: str, targets: Any 
     from emulator.hardware import get_instance_type
     from emulator.parallel.launch import launch
     from emulator.parallel.report import ParallelReport
-    from emulator.parallel.runner import plan_request
+    from emulator.parallel.runner import plan_request, recipe_defaults
 
     instance = get_instance_type(instance_type)
     try:
@@ -165,6 +176,17 @@ def cmd_run_parallel(args: argparse.Namespace, instance_type: str, targets: Any 
         return 1
     report = ParallelReport(plan, steps or 10)
     report.header()
+    recipe = recipe_defaults(request)
+    if recipe:
+        from emulator.workloads.models.zoo import MODELS
+
+        names = {"zero1": "ZeRO-1", "sequence_parallel": "sequence parallelism"}
+        offs = " / ".join("--no-" + r.replace("_", "-") for r in recipe)
+        print(
+            f"  {' and '.join(names[r] for r in recipe)} on as in the published recipe "
+            f"({MODELS[plan.model].recipe_source}); {offs} to turn off",
+            flush=True,
+        )
     if per_process > 1:
         from emulator.parallel.launch import rank_groups
 

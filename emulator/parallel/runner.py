@@ -33,9 +33,9 @@ class JobRequest:
     global_batch: int | None = None
     seq_len: int | None = None
     nodes: int = 1
-    zero1: bool = False
+    zero1: bool | None = None  # None: the model's published recipe decides (ModelSpec.recipe)
     recompute: bool = False
-    sequence_parallel: bool = False
+    sequence_parallel: bool | None = None
     schedule: str = "1f1b"
     dtype: str = "bf16"
     auto_cast: str | None = None
@@ -59,6 +59,7 @@ def resolve(request: JobRequest, instance: InstanceType) -> tuple[ParallelConfig
         raise ConfigError(f"unknown model {request.model!r} (model-scale models: {', '.join(zoo.MODELS)})")
     seq_len = request.seq_len or spec.default_seq_len
     micro_batch = request.micro_batch or 1
+    zero1, sequence_parallel = recipe_settings(request, spec)
     config = make_config(
         cores_per_node=instance.core_count,
         tp=request.tp,
@@ -68,9 +69,9 @@ def resolve(request: JobRequest, instance: InstanceType) -> tuple[ParallelConfig
         global_batch=request.global_batch,
         seq_len=seq_len,
         nodes=request.nodes,
-        zero1=request.zero1,
+        zero1=zero1,
         recompute=request.recompute,
-        sequence_parallel=request.sequence_parallel,
+        sequence_parallel=sequence_parallel,
         schedule=request.schedule,
     )
     try:
@@ -78,6 +79,29 @@ def resolve(request: JobRequest, instance: InstanceType) -> tuple[ParallelConfig
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     return config, spec
+
+
+def recipe_settings(request: JobRequest, spec: ModelSpec) -> tuple[bool, bool]:
+    """ZeRO-1 and sequence parallelism: as asked, else as the model's published recipe has them
+    (sequence parallelism only with tensor parallelism, where it exists)."""
+    zero1 = request.zero1 if request.zero1 is not None else "zero1" in spec.recipe
+    if request.sequence_parallel is not None:
+        return zero1, request.sequence_parallel
+    return zero1, "sequence_parallel" in spec.recipe and request.tp > 1
+
+
+def recipe_defaults(request: JobRequest) -> list[str]:
+    """The settings the model's recipe turned on because the request left them open."""
+    spec = _zoo().MODELS.get(request.model)
+    if spec is None:
+        return []
+    zero1, sp = recipe_settings(request, spec)
+    out = []
+    if request.zero1 is None and zero1:
+        out.append("zero1")
+    if request.sequence_parallel is None and sp:
+        out.append("sequence_parallel")
+    return out
 
 
 def cost_options(dtype: str, auto_cast: str | None, env: Mapping[str, str]) -> CostOptions:

@@ -16,7 +16,10 @@ tensor-parallel layout.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -53,6 +56,10 @@ class ModelSpec:
     description: str
     source: str  # where every number above comes from
     published_params: int  # the model size as its source states it
+    # Memory settings the published Trn1 training recipe turns on ("zero1", "sequence_parallel"):
+    # `run`'s defaults for this model unless --no-zero1 / --no-sequence-parallel (docs/parallel.md)
+    recipe: tuple[str, ...] = ()
+    recipe_source: str = ""
     # architecture
     norm: str = "layernorm"  # "layernorm" | "rmsnorm"
     norm_eps: float = 1e-5
@@ -115,6 +122,15 @@ def _gpt3(name: str, layers: int, hidden: int, heads: int, published: int, sourc
         hidden_dropout=0.1,
         attention_dropout=0.1,
     )
+
+
+def _with_recipe(flags: tuple[str, ...], source: str) -> Callable[..., ModelSpec]:
+    """``_llama`` whose spec carries the published recipe's memory settings."""
+
+    def make(*args: Any, **kwargs: Any) -> ModelSpec:
+        return dataclasses.replace(_llama(*args, **kwargs), recipe=flags, recipe_source=source)
+
+    return make
 
 
 def _llama(
@@ -230,7 +246,11 @@ MODELS: dict[str, ModelSpec] = {
             f"{_GPT3} (GPT-3 175B: 96 layers, d_model 12288, 96 heads, context 2048); {_NEMO}/gpt_175b.sh",
             "GPT-3 175B (Megatron GPT)",
         ),
-        _llama(
+        _with_recipe(
+            ("zero1", "sequence_parallel"),
+            # its selective activation checkpointing is not modelled (--recompute is full recompute)
+            "neuronx-distributed's tp_zero1_llama_hf_pretrain",
+        )(
             "llama2-7b",
             32,
             4096,

@@ -6,11 +6,12 @@ fire and then clear:
 
 - a slow node (``fault slow --node 1``)           -> NeuronStragglerNode for node 1
 - cut EFA bandwidth (``fault efa --node 1``)       -> NeuronEFADegraded for node 1
+- NaN results (``fault nan --node 1``)             -> NeuronExecutionErrors for node 1 (alerts.yml)
 - the job's launcher stopped (SIGSTOP)             -> NeuronJobStalled for the job
 - an uncorrectable ECC error (``fault ecc``)       -> NeuronHardwareErrors for node 1 (the job dies)
 - a lost node (``fault node-down --node 1``)       -> NeuronNodeExporterDown for node 1, until node-up
 
-Rules run at test speed: every ``for:`` is 2 s and every range window of the fleet rules is 20 s
+Rules run at test speed: every ``for:`` is 2 s and every 5 or 10 minute range window is 20 s
 (instead of 5 or 10 minutes); the expressions are otherwise the shipped ones.
 """
 
@@ -187,6 +188,13 @@ def test_faults_fire_their_fleet_alerts_and_clearing_them_resolves_them(fleet: F
     assert wait_until(lambda: fires_for_node_1("NeuronEFADegraded"), timeout=60, interval=1)
     fleet.fault("clear", "--node", "1")
     assert wait_until(lambda: not fleet.firing("NeuronEFADegraded"), timeout=90, interval=1)
+
+    # numerical errors on node 1: its executions complete with NaN/Inf
+    fleet.fault("nan", "--node", "1")
+    assert wait_until(lambda: fires_for_node_1("NeuronExecutionErrors"), timeout=60, interval=1)
+    assert all(a.get("outcome") == "completed_with_num_err" for a in fleet.firing("NeuronExecutionErrors"))
+    fleet.fault("clear", "--node", "1")
+    assert wait_until(lambda: not fleet.firing("NeuronExecutionErrors"), timeout=90, interval=1)
 
     # the job hangs: its launcher stopped, every rank waits at the step's end holding its core
     assert fleet.job is not None

@@ -1,6 +1,6 @@
 """The fleet view end to end: a real Prometheus, configured as dashboards/prometheus-cluster.yml
-configures it, scrapes the exporters of a two-node emulated cluster (its file_sd target file)
-while a real two-node training job runs over both nodes (docs/multinode.md). Every query of the
+configures it, scrapes the four exporters of a four-node emulated cluster (its file_sd target
+file) while a real training job runs over all four nodes (docs/multinode.md). Every query of the
 fleet dashboard returns data, and each fault makes its alert fire and then clear:
 
 - a slow node (``fault slow --node 1``)           -> NeuronStragglerNode for node 1
@@ -42,6 +42,7 @@ ROOT = Path(__file__).parent.parent
 DASHBOARDS = ROOT / "dashboards"
 PROMETHEUS = shutil.which("prometheus")
 MODEL = "vit-base"
+NODES = 4  # trn1.2xlarge: 8 ranks, DP8
 # the fleet families (dashboards/README.md §Fleet metrics): a multi-node job's, checked here
 FLEET_FAMILIES = ("neuron_job_", "neuron_collective_wait_seconds_total")
 
@@ -64,7 +65,7 @@ class Fleet:
         self.tmp = tmp
         self.port = free_port()
         self.cache = tmp / "compile-cache"
-        plan = plan_request(JobRequest(MODEL, nodes=2), get_instance_type("trn1.2xlarge"))
+        plan = plan_request(JobRequest(MODEL, nodes=NODES), get_instance_type("trn1.2xlarge"))
         load_models(plan, {"NEURON_COMPILE_CACHE_URL": str(self.cache)})  # no simulated compile wait
         config = (DASHBOARDS / "prometheus-cluster.yml").read_text()
         rules = [fleet_rules(DASHBOARDS / name, tmp / name) for name in ("alerts.yml", "fleet-alerts.yml")]
@@ -90,7 +91,7 @@ class Fleet:
 
     def start_job(self) -> None:
         self.job = subprocess.Popen(
-            [str(BIN / "neuron-emulator"), "run", MODEL, "--nodes", "2", "--steps", "1000000"],
+            [str(BIN / "neuron-emulator"), "run", MODEL, "--nodes", str(NODES), "--steps", "1000000"],
             env=self.cluster.env(0, NEURON_COMPILE_CACHE_URL=str(self.cache)),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -142,13 +143,14 @@ class Fleet:
 @pytest.fixture(scope="module")
 def fleet() -> Iterator[Fleet]:
     tmp = Path(tempfile.mkdtemp(prefix="nt-fleet-", dir="/tmp"))
-    with running_cluster("--nodes", "2", "--instance-type", "trn1.2xlarge", "--exporter-interval", "0.5") as cluster:
+    cluster_flags = ("--nodes", str(NODES), "--instance-type", "trn1.2xlarge", "--exporter-interval", "0.5")
+    with running_cluster(*cluster_flags) as cluster:
         f = Fleet(cluster, tmp)
         try:
             f.start_job()
-            # both nodes scraped, and the job's steps reached Prometheus from both
+            # every node scraped, and the job's steps reached Prometheus from every one
             assert wait_until(
-                lambda: len(f.query('rate(neuron_job_steps_total{job="neuron-cluster"}[20s]) > 0')) == 2,
+                lambda: len(f.query('rate(neuron_job_steps_total{job="neuron-cluster"}[20s]) > 0')) == NODES,
                 timeout=120,
                 interval=1,
             ), "no job steps reached prometheus"
@@ -178,7 +180,7 @@ def test_faults_fire_their_fleet_alerts_and_clearing_them_resolves_them(fleet: F
     # a straggler: node 1's cores 3x slower -> every step waits for it
     fleet.fault("slow", "--factor", "3", "--node", "1")
     assert wait_until(lambda: fires_for_node_1("NeuronStragglerNode"), timeout=60, interval=1)
-    assert not any(labels.get("node") == "0" for labels in fleet.firing("NeuronStragglerNode"))
+    assert {labels.get("node") for labels in fleet.firing("NeuronStragglerNode")} == {"1"}  # only the slow one
     fleet.fault("clear", "--node", "1")
     assert wait_until(lambda: not fleet.firing("NeuronStragglerNode"), timeout=90, interval=1)
 

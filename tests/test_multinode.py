@@ -322,3 +322,11 @@ def test_llama2_7b_tp8_trains_on_all_128_cores_of_four_trn1_32xlarge() -> None:
             busy = [v for (name, _), v in m.items() if name == "neuroncore_busy_seconds_total"]
             assert len(busy) == 32 and min(busy) > 0  # every core of every node worked
             assert max(job_series(cluster, node, "neuron_job_steps_total").values()) == 3
+
+
+def test_the_ranks_of_a_node_are_named_as_ranges() -> None:
+    from emulator.parallel.launch import _span
+
+    assert _span([3]) == "rank 3"
+    assert _span([0, 1]) == "ranks 0-1"
+    assert _span([32, 33, 34, *range(36, 64)]) == "ranks 32-34, 36-63"  # rank 35 lost

@@ -338,10 +338,16 @@ def _fail_job(ranks: _Ranks, cause: str) -> int:
 
 
 def _span(ranks: list[int]) -> str:
+    """``rank 3`` or ``ranks 0-1, 3-31``: consecutive ranks as ranges."""
     ranks = sorted(ranks)
-    if len(ranks) > 1 and ranks[-1] - ranks[0] == len(ranks) - 1:
-        return f"ranks {ranks[0]}-{ranks[-1]}"
-    return "rank " + ", ".join(map(str, ranks))
+    runs: list[list[int]] = []
+    for r in ranks:
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    text = ", ".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
+    return ("rank " if len(ranks) == 1 else "ranks ") + text
 
 
 def _wait_ready(procs: list[subprocess.Popen]) -> bool:

@@ -215,13 +215,13 @@ def _launch(
     models, compile_seconds = load_models(plan, env)
     local = [p for p in plan.places if p.node in targets.addresses]
     ranks = _Ranks(rank_groups(local, ranks_per_process))
-    workdir = Path(tempfile.mkdtemp(prefix="neuron-emulator-job-"))
-    plan_path = workdir / "plan.json"
     try:
         rdzv = _rendezvous(plan, targets)
     except JobAborted as exc:
         report_error(str(exc))
         return 1
+    workdir = Path(tempfile.mkdtemp(prefix="neuron-emulator-job-"))
+    plan_path = workdir / "plan.json"
     reporter = JobReporter(rdzv.job_id, targets, plan)
     # wall clock <-> this host's monotonic clock (the ranks' times); the store carries wall times
     offset = time.time() - time.monotonic()

@@ -107,6 +107,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from emulator.cluster.cli import add_cluster_command
 
     workload_handlers.update(add_cluster_command(sub))  # `cluster up|status|down` (docs/cluster.md)
+    from emulator.compat.exec_cli import add_exec_command
+
+    workload_handlers.update(add_exec_command(sub))  # `exec -- CMD`: unmodified scripts (docs/run-your-script.md)
 
     for name, text in (
         ("down", "stop the daemon"),

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NeuronRuntimeError",
+    "active_runtime",
+    "device_runtime",
     "get_local_ordinal",
     "get_ordinal",
     "is_master_ordinal",
@@ -60,6 +62,16 @@ def _device_runtime() -> DeviceRuntime:
         if runtime.native is None:
             _use_python_layer()
         return runtime
+
+
+def device_runtime() -> DeviceRuntime:
+    """This process's emulated device: attached and started on first use."""
+    return _device_runtime()
+
+
+def active_runtime() -> DeviceRuntime | None:
+    """This process's emulated device if it has been started, else None (nothing is attached)."""
+    return _runtime if _runtime is not None and _runtime_pid == os.getpid() else None
 
 
 def _use_python_layer() -> None:

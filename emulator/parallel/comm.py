@@ -8,7 +8,9 @@ means:
 - :class:`RecordingCommunicator` (model-scale tracing on ``meta``): the result is a new buffer of
   the right shape (no values: meta tensors have none), and a :class:`CollectiveCall` is kept for
   the cost model, which later maps the group name onto each rank's concrete NeuronCores
-  (``emulator.parallel.plan``). Real-valued collectives between processes are not done here yet.
+  (``emulator.parallel.plan``).
+- the real-valued communicator of a user's neuronx-distributed script
+  (``emulator.compat.nxd_state``): the collective is done between the processes, on the values.
 - no communicator, or a group of size 1: the identity (a single rank needs no collective).
 
 A collective's byte count is sized as nccom-test sizes it (``emulator/costmodel/collectives.py``):
@@ -60,9 +62,17 @@ class CollectiveCall:
 
 
 class Communicator(Protocol):
+    """Does the collectives of groups of more than one rank; results are new tensors."""
+
     state: ParallelState
 
-    def collective(self, kind: str, group: str, tensor: torch.Tensor, nbytes: int) -> None: ...
+    def all_reduce(self, t: torch.Tensor, group: str, op: str) -> torch.Tensor: ...
+
+    def all_gather(self, t: torch.Tensor, dim: int, group: str) -> torch.Tensor: ...
+
+    def reduce_scatter(self, t: torch.Tensor, dim: int, group: str) -> torch.Tensor: ...
+
+    def send(self, t: torch.Tensor, group: str) -> None: ...
 
 
 @dataclass
@@ -76,6 +86,26 @@ class RecordingCommunicator:
     def collective(self, kind: str, group: str, tensor: torch.Tensor, nbytes: int) -> None:
         with self._lock:  # backward runs on autograd's thread
             self.calls.append(CollectiveCall(kind, group, nbytes))
+
+    def all_reduce(self, t: torch.Tensor, group: str, op: str) -> torch.Tensor:
+        self.collective("all_reduce", group, t, _nbytes(t))
+        return t
+
+    def all_gather(self, t: torch.Tensor, dim: int, group: str) -> torch.Tensor:
+        shape = list(t.shape)
+        shape[dim] *= self.state.size(group)
+        out = t.new_empty(shape)  # the gathered buffer (an allocation, no device op)
+        self.collective("all_gather", group, t, _nbytes(out))
+        return out
+
+    def reduce_scatter(self, t: torch.Tensor, dim: int, group: str) -> torch.Tensor:
+        self.collective("reduce_scatter", group, t, _nbytes(t))
+        shape = list(t.shape)
+        shape[dim] //= self.state.size(group)
+        return t.new_empty(shape)
+
+    def send(self, t: torch.Tensor, group: str) -> None:
+        self.collective("send", group, t, _nbytes(t))
 
     def take(self) -> list[CollectiveCall]:
         with self._lock:
@@ -104,46 +134,37 @@ def _nbytes(t: torch.Tensor) -> int:
     return inner.numel() * inner.element_size()
 
 
-def _record(kind: str, group: str, t: torch.Tensor, nbytes: int) -> bool:
-    """Hand the call to the communicator; False when the group has one rank (nothing to do)."""
+def _active_for(group: str) -> Communicator | None:
+    """The communicator, or None when the group has one rank (nothing to do)."""
     comm = _active[0]
-    if comm is None or comm.state.size(group) == 1:
-        return False
-    comm.collective(kind, group, t, nbytes)
-    return True
+    return None if comm is None or comm.state.size(group) == 1 else comm
 
 
-def all_reduce(t: torch.Tensor, group: str) -> torch.Tensor:
-    """Sum over the group (same shape)."""
-    _record("all_reduce", group, t, _nbytes(t))
-    return t
+def all_reduce(t: torch.Tensor, group: str, op: str = "sum") -> torch.Tensor:
+    """Reduce over the group (``op``: sum or max; same shape), as a new tensor."""
+    comm = _active_for(group)
+    return t if comm is None else comm.all_reduce(t, group, op)
 
 
 def all_gather(t: torch.Tensor, dim: int, group: str) -> torch.Tensor:
     """Concatenate the group's tensors along ``dim`` (``size(dim) * n``)."""
-    n = state().size(group)
-    if n == 1:
-        return t
-    shape = list(t.shape)
-    shape[dim] *= n
-    out = t.new_empty(shape)  # the gathered buffer (an allocation, no device op); values: see below
-    _record("all_gather", group, t, _nbytes(out))
-    return out
+    comm = _active_for(group)
+    return t if comm is None else comm.all_gather(t, dim, group)
 
 
 def reduce_scatter(t: torch.Tensor, dim: int, group: str) -> torch.Tensor:
     """Sum over the group, each rank keeps its ``1/n`` slice along ``dim``."""
-    n = state().size(group)
-    if n == 1:
+    comm = _active_for(group)
+    if comm is None:
         return t
+    n = comm.state.size(group)
     if t.shape[dim] % n:
         raise ValueError(f"reduce_scatter: dimension {dim} of size {t.shape[dim]} does not split over {n} ranks")
-    _record("reduce_scatter", group, t, _nbytes(t))
-    shape = list(t.shape)
-    shape[dim] //= n
-    return t.new_empty(shape)
+    return comm.reduce_scatter(t, dim, group)
 
 
 def send(t: torch.Tensor, group: str = "pp") -> None:
     """Point-to-point send to the next (or previous) pipeline stage."""
-    _record("send", group, t, _nbytes(t))
+    comm = _active_for(group)
+    if comm is not None:
+        comm.send(t, group)

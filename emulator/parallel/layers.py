@@ -132,6 +132,21 @@ class _ScatterToTP(torch.autograd.Function):
         return comm.all_gather(grad, grad.dim() - 1, TP)
 
 
+class _ScatterToSP(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return _split(x, 0)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return comm.all_gather(grad, 0, TP)
+
+
+def scatter_to_sp_region(x: torch.Tensor) -> torch.Tensor:
+    """Keep this rank's slice of the sequence (dim 0) forward, all-gather backward."""
+    return x if tp_size() == 1 else _ScatterToSP.apply(x)
+
+
 def copy_to_tp_region(x: torch.Tensor) -> torch.Tensor:
     """Identity forward, all-reduce of the gradient backward (input of a column-parallel layer)."""
     return x if tp_size() == 1 else _CopyToTP.apply(x)
@@ -195,6 +210,12 @@ class _LinearGatheredInput(torch.autograd.Function):
         if need_b and ctx.has_bias:
             grad_b = grad.reshape(-1, grad.shape[-1]).sum(0)
         return grad_x, grad_w, grad_b
+
+
+def sequence_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """A column-parallel product of a ``[s/tp, ...]`` input: all-gathered along the sequence
+    forward, the input gradient reduce-scattered back backward (:class:`_LinearGatheredInput`)."""
+    return _LinearGatheredInput.apply(x, weight, bias)
 
 
 def enter_tp_region(x: torch.Tensor) -> torch.Tensor:
@@ -335,7 +356,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, start: int) -> torch.Tensor:
         per_rank = logits.shape[-1]
-        logits_max = comm.all_reduce(logits.amax(dim=-1), TP)  # MAX over the group
+        logits_max = comm.all_reduce(logits.amax(dim=-1), TP, op="max")
         shifted = logits - logits_max.unsqueeze(-1)
         outside = (targets < start) | (targets >= start + per_rank)
         local_targets = (targets - start).masked_fill(outside, 0)
@@ -397,7 +418,7 @@ def allreduce_sequence_parallel_grads(module: nn.Module) -> None:
     if not grads or tp_size() == 1:
         return
     flat = torch.cat([g.reshape(-1) for g in grads])
-    comm.all_reduce(flat, TP)
+    flat = comm.all_reduce(flat, TP)
     offset = 0
     for g in grads:
         g.copy_(flat[offset : offset + g.numel()].view_as(g))
@@ -417,8 +438,10 @@ __all__ = [
     "gather_from_tp_region",
     "reduce_from_tp_region",
     "reduce_scatter_to_sp_region",
+    "scatter_to_sp_region",
     "scatter_to_tp_region",
     "sequence_parallel",
+    "sequence_parallel_linear",
     "sequence_parallel_parameters",
     "tp_rank",
     "tp_size",

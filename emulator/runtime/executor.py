@@ -66,6 +66,23 @@ class StepResult:
     engines: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass
+class StepTotals:
+    """Sums over the process's executions (torch_xla's metrics report reads them)."""
+
+    executions: int = 0
+    device_seconds: float = 0.0
+    compiles: int = 0
+    compile_seconds: float = 0.0
+
+    def add(self, result: StepResult) -> None:
+        self.executions += 1
+        self.device_seconds += result.device_seconds
+        if result.compiled:
+            self.compiles += 1
+            self.compile_seconds += result.compile_seconds
+
+
 class DeviceRuntime:
     def __init__(self, session: RuntimeSession, env: Mapping[str, str], *, auto_cast: str | None = None) -> None:
         self.session = session
@@ -93,6 +110,7 @@ class DeviceRuntime:
         self._graph_costs: dict[str, GraphCost] = {}
         self._digests: dict[tuple, str] = {}  # captured graph key -> stable graph hash
         self._step = 0
+        self.totals = StepTotals()
         self._last_mark = time.monotonic()
         self.last: StepResult | None = None
         self._lock = threading.Lock()
@@ -130,6 +148,10 @@ class DeviceRuntime:
         self._cache_base = (self.cache.hits, self.cache.misses)
 
     # -- collectives -------------------------------------------------------------------------
+    def record_collective(self, record: CollectiveRecord) -> None:
+        """A collective done for this step (emulator.compat.collectives): costed at ``mark_step``."""
+        self._collectives.append(record)  # list.append is atomic; mark_step swaps the list
+
     def all_reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Sum gradients across ranks (real gloo all-reduce of the values) and record its cost."""
         import torch.distributed as dist
@@ -215,6 +237,7 @@ class DeviceRuntime:
         )
         self._last_mark = now
         self.last = result
+        self.totals.add(result)
         if outcome == "timed_out":
             raise NeuronRuntimeError(
                 "NRT_TIMEOUT",

@@ -115,8 +115,10 @@ void mark_written(const at::Tensor& t) {
 }
 
 [[noreturn]] void out_of_memory(int64_t nbytes);
+void first_use();
 
 void check_room(int64_t nbytes) {
+  first_use();
   if (nbytes > 0 && g_live_bytes.load() + nbytes > g_capacity.load()) out_of_memory(nbytes);
 }
 
@@ -492,6 +494,26 @@ pybind11::object* g_oom = nullptr;
   TORCH_CHECK(false, "NRT_RESOURCE: out of device memory allocating ", nbytes, " bytes");
 }
 
+// Python callable run once, at the first device allocation after it is set (the torch_xla shim
+// attaches the process to the emulated instance then: docs/run-your-script.md); if it raises,
+// the allocation fails with its exception and the next allocation calls it again.
+pybind11::object* g_first_use = nullptr;
+std::atomic<bool> g_first_use_due{false};
+
+void first_use() {
+  if (!g_first_use_due.load(std::memory_order_relaxed) || !g_first_use_due.exchange(false)) return;
+  pybind11::gil_scoped_acquire gil;
+  try {
+    (*g_first_use)();
+  } catch (pybind11::error_already_set& e) {
+    g_first_use_due.store(true);
+    e.restore();
+    python_error error;
+    error.persist();
+    throw error;
+  }
+}
+
 pybind11::tuple sigs_to_py(const std::vector<TensorSig>& sigs) {
   pybind11::tuple out(sigs.size());
   for (size_t i = 0; i < sigs.size(); ++i) {
@@ -577,6 +599,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("set_capacity", [](int64_t bytes) { g_capacity.store(bytes); });
   m.def("set_out_of_memory", [](pybind11::object f) { g_oom = new pybind11::object(std::move(f)); });
+  m.def("set_first_use", [](pybind11::object f) {
+    g_first_use = new pybind11::object(std::move(f));  // kept for the process (see g_oom)
+    g_first_use_due.store(true);
+  });
   m.def("live_bytes", []() { return g_live_bytes.load(); });
   m.def("peak_bytes", []() { return g_peak_bytes.load(); });
   m.def("take_graph", &take_graph);

@@ -22,6 +22,7 @@ from emulator.capture.ops import OpRecord
 
 COMPILER_VERSION = "2.14.227.0"  # emulated neuronx-cc (docs/reference/trn1-runtime.md §Version strings of the examples)
 DEFAULT_CACHE_DIR = "/var/tmp/neuron-compile-cache"
+EXTRACTED = "model.hlo.json"  # a graph extracted for ahead-of-time compilation, not compiled yet
 FIRST_MODEL_ID = 10001  # runtime-assigned model ids start here (docs/reference/neuron-monitor.md §memory_used)
 
 
@@ -41,6 +42,24 @@ class LoadedModel:
     name: str
     code_bytes: int
     ops: int
+
+
+def pending_graphs(cache_dir: Path) -> list[Path]:
+    """Module directories holding an extracted graph that is not compiled yet."""
+    root = cache_dir / f"neuronxcc-{COMPILER_VERSION}"
+    if not root.is_dir():
+        return []
+    return sorted(m for m in root.iterdir() if (m / EXTRACTED).exists() and not (m / "model.done").exists())
+
+
+def finish_compile(module: Path) -> None:
+    """Mark an extracted graph compiled: the files a compiled module has (see ``store``)."""
+    summary = json.loads((module / EXTRACTED).read_text())
+    (module / "compile_flags.json").write_text(json.dumps(summary.get("flags", [])))
+    (module / "model.json").write_text(
+        json.dumps({k: summary[k] for k in ("graph_hash", "ops", "model_code_bytes")})
+    )
+    (module / "model.done").touch()
 
 
 def cache_settings(env: Mapping[str, str]) -> tuple[Path | None, str]:
@@ -99,6 +118,25 @@ class CompileCache:
             summary = {"graph_hash": digest, "ops": len(ops), "model_code_bytes": code_bytes}
             (module / "model.json").write_text(json.dumps(summary))
             (module / "model.done").touch()
+
+    # -- ahead-of-time compilation (neuron_parallel_compile: docs/run-your-script.md) ---------
+    def extract(self, digest: str, ops: Sequence[OpRecord], compile_seconds: float, code_bytes: int) -> Path | None:
+        """Keep a graph to compile later (the real tool writes ``model.hlo.pb``; the emulator a
+        JSON summary with what compiling it will take). None: the cache is off."""
+        module = self.module_dir(digest)
+        if module is None:
+            return None
+        with contextlib.suppress(OSError):
+            module.mkdir(parents=True, exist_ok=True)
+            summary = {
+                "graph_hash": digest,
+                "ops": len(ops),
+                "model_code_bytes": code_bytes,
+                "compile_seconds": compile_seconds,
+                "flags": shlex.split(self.flags) if self.flags else [],
+            }
+            (module / EXTRACTED).write_text(json.dumps(summary))
+        return module / EXTRACTED
 
     def load(self, digest: str, ops: Sequence[OpRecord], code_bytes: int) -> LoadedModel:
         model = LoadedModel(

@@ -118,6 +118,9 @@ class DeviceRuntime:
         self.native: Any = None  # the native device backend, once install() started it
         self.faults: CoreFaults = NO_FAULTS  # the core's faults, as the daemon last answered (docs/faults.md)
         self._failure: NeuronRuntimeError | None = None  # a hardware error ended this runtime
+        # neuron_parallel_compile's first pass: graphs are extracted to the cache, not executed
+        self.extract_only = self.env.get("NEURON_EXTRACT_GRAPHS_ONLY", "").strip() not in ("", "0")
+        self._extracted: set[str] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def install(self) -> None:
@@ -197,6 +200,9 @@ class DeviceRuntime:
         if digest is None:  # a graph not seen in this process: its records and stable hash, once
             ops = captured.ops()
             digest = self._digests[captured.key] = graph_hash(ops)
+        if self.extract_only:  # neuron_parallel_compile's first pass: keep the graph, run nothing
+            self._extract(digest, ops if ops is not None else captured.ops())
+            return None
         model = self.cache.loaded(digest)
         compile_seconds = 0.0
         cache_hit = model is not None
@@ -245,6 +251,18 @@ class DeviceRuntime:
                 f"{self.timeout:g} s (it needs {device_seconds:.3f} s of device time)",
             )
         return result
+
+    def _extract(self, digest: str, ops: list) -> None:
+        if digest in self._extracted or self.cache.on_disk(digest):
+            return
+        self._extracted.add(digest)
+        cost = compile_cost(ops)
+        where = self.cache.extract(digest, ops, cost.seconds, cost.model_code_bytes)
+        _log(
+            f"Extracting graphs ({where}) for ahead-of-time parallel compilation. No compilation was done."
+            if where is not None
+            else "Graph extraction needs the compile cache (NEURON_CC_FLAGS has --no_cache): nothing kept"
+        )
 
     def _fail(self, failure: NeuronRuntimeError, model: LoadedModel, called: float) -> None:
         """An uncorrectable ECC error ends this execution at once: report it (error_summary

@@ -1,0 +1,276 @@
+"""Unmodified torch-neuronx training scripts under ``neuron-emulator exec`` (docs/run-your-script.md).
+
+The scripts in tests/samples/ import torch_xla, torch_neuronx and neuronx_distributed as on a
+Trn1; only the launch command differs. Each must train (its loss falls), and neuron-ls and
+neuron-monitor must show it as on a Trn1: one process per NeuronCore, the shard of a
+tensor-parallel model in each core's device memory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support import BIN, run_tool, tool_env, wait_until
+
+SAMPLES = Path(__file__).parent / "samples"
+FAST = {"OMP_NUM_THREADS": "1"}
+
+
+def exec_run(daemon, argv: list[str], *, timeout: float = 240, cwd: Path | None = None, **env: str):
+    return subprocess.run(
+        [str(BIN / "neuron-emulator"), "exec", "--", *argv],
+        env=tool_env(daemon.address, {**FAST, **env}),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def exec_start(daemon, argv: list[str], out: Path, *, cwd: Path | None = None, **env: str) -> subprocess.Popen:
+    with open(out, "w") as fh:
+        return subprocess.Popen(
+            [str(BIN / "neuron-emulator"), "exec", "--", *argv],
+            env=tool_env(daemon.address, {**FAST, **env}),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+        )
+
+
+def torchrun(script: str, *args: str, nproc: int = 2) -> list[str]:
+    return ["torchrun", "--standalone", f"--nproc_per_node={nproc}", str(SAMPLES / script), *args]
+
+
+def losses(text: str) -> list[float]:
+    return [float(m) for m in re.findall(r"loss (\d+\.\d+)", text)]
+
+
+def monitor_report(daemon, want) -> dict | None:
+    """The first neuron-monitor report (within 15 s) for which ``want(report)`` holds."""
+    proc = subprocess.Popen(
+        [str(BIN / "neuron-monitor")],
+        env=tool_env(daemon.address),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        assert proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                return None
+            report = json.loads(line)
+            if want(report):
+                return report
+        return None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def ls_processes(daemon) -> list[dict]:
+    done = run_tool(["neuron-ls", "-j"], daemon.address)
+    assert done.returncode == 0, done.stderr
+    return [p for device in json.loads(done.stdout) for p in device.get("neuron_processes", [])]
+
+
+# -- the samples ----------------------------------------------------------------------------------
+def test_torchrun_mlp_trains_on_two_cores_and_the_tools_show_it(daemon, short_tmp: Path) -> None:
+    out = short_tmp / "out.txt"
+    proc = exec_start(daemon, torchrun("mlp_torchrun.py", "--epochs", "2", "--linger", "8"), out)
+    try:
+        assert wait_until(lambda: len(ls_processes(daemon)) == 2 or proc.poll() is not None, 120, 0.5), out.read_text()
+        held = ls_processes(daemon)
+        assert len(held) == 2 and all(p["neuron_runtime_version"] for p in held)
+        pids = {p["pid"] for p in held}
+
+        def both_cores_busy(report: dict) -> bool:
+            runtimes = [r for r in report.get("neuron_runtime_data", []) if r["pid"] in pids]
+            cores = {}
+            for r in runtimes:
+                cores.update(r["report"].get("neuroncore_counters", {}).get("neuroncores_in_use", {}))
+            return sorted(cores) == ["0", "1"] and all(c["neuroncore_utilization"] > 0 for c in cores.values())
+
+        assert monitor_report(daemon, both_cores_busy) is not None, out.read_text()[-3000:]
+        assert proc.wait(timeout=180) == 0, out.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = out.read_text()
+    assert text.count("accuracy ") == 1, text[-2000:]  # master_print: rank 0 only
+    seen = losses(text)
+    assert len(seen) >= 6 and seen[-1] < seen[0], seen
+    accuracy = float(re.search(r"accuracy (\d\.\d+) world 2", text).group(1))  # type: ignore[union-attr]
+    assert accuracy > 0.5  # 10 classes: chance is 0.1
+    assert wait_until(lambda: daemon.processes() == [], 5)
+
+
+def test_xmp_spawn_starts_one_process_per_core(daemon) -> None:
+    done = exec_run(daemon, ["python", str(SAMPLES / "mlp_xmp_spawn.py"), "--steps", "30"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("index "))
+    assert "ordinal 0 local 0 world 2" in line  # trn1.2xlarge: two NeuronCores, two processes
+    first, last = (float(x) for x in re.findall(r"loss (\d+\.\d+)", line))
+    assert last < first / 5
+    assert wait_until(lambda: daemon.processes() == [], 5)
+
+
+def test_hugging_face_causal_lm_trains_and_saves_with_xm_save(daemon, short_tmp: Path) -> None:
+    done = exec_run(daemon, torchrun("hf_causal_lm.py", "--steps", "30", "--output_dir", str(short_tmp / "ckpt")))
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = losses(done.stdout)
+    assert len(seen) >= 5 and seen[-1] < seen[0] - 1.0, seen
+    state = __import__("torch").load(short_tmp / "ckpt" / "model.pt")
+    assert "transformer.wte.weight" in state and state["transformer.wte.weight"].device.type == "cpu"
+
+
+def _tp_result(text: str) -> dict:
+    return json.loads(next(ln for ln in text.splitlines() if ln.startswith("{")))
+
+
+def test_nxd_tensor_parallel_holds_its_shard_in_each_cores_memory(daemon, short_tmp: Path) -> None:
+    out = short_tmp / "tp.txt"
+    proc = exec_start(daemon, torchrun("nxd_tp_mlp.py", "--tensor_parallel_size", "2", "--linger", "8"), out)
+    try:
+        assert wait_until(lambda: '"tp_size"' in out.read_text() or proc.poll() is not None, 180, 0.5), out.read_text()
+        result = _tp_result(out.read_text())
+        pids = {p["pid"] for p in ls_processes(daemon)}
+        assert len(pids) == 2
+
+        def constants_by_core(report: dict) -> dict[str, int]:
+            found = {}
+            for r in report.get("neuron_runtime_data", []):
+                if r["pid"] in pids:
+                    usage = r["report"]["memory_used"]["neuron_runtime_used_bytes"]["usage_breakdown"]
+                    for core, kinds in usage["neuroncore_memory_usage"].items():
+                        found[core] = kinds["constants"]
+            return found
+
+        report = monitor_report(daemon, lambda r: len(constants_by_core(r)) == 2)
+        assert report is not None
+        # each core holds exactly its process's parameters: the shard, not the whole model
+        assert constants_by_core(report) == {"0": result["param_bytes"], "1": result["param_bytes"]}
+        assert proc.wait(timeout=60) == 0, out.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert result["tp_size"] == 2 and result["dp_size"] == 1 and result["tensor_parallel"]
+    hidden, vocab = 256, 1024
+    assert result["shapes"]["up.weight"] == [4 * hidden // 2, hidden]
+    assert result["shapes"]["down.weight"] == [hidden, 4 * hidden // 2]
+    assert result["shapes"]["embed.weight"] == [vocab // 2, hidden]
+    # fp32 bytes of the unsharded model: embedding and head, the MLP's two weights, its biases
+    full = 4 * (2 * vocab * hidden + 2 * 4 * hidden * hidden + 4 * hidden + hidden)
+    assert result["param_bytes"] == pytest.approx(full / 2, rel=0.01)  # half per rank (the output bias is whole)
+    assert result["last_loss"] < result["first_loss"] / 2
+
+
+def test_tensor_parallel_model_computes_what_the_unsharded_one_does(daemon) -> None:
+    # no biases (neuronx-distributed draws those per rank): the weights are slices of the same
+    # full weights, so TP2 and TP1 give the same first loss and the same loss after updates
+    runs = {}
+    for nproc in (1, 2):
+        done = exec_run(
+            daemon, torchrun("nxd_tp_mlp.py", "--tensor_parallel_size", "2", "--bias", "0", "--steps", "3", nproc=nproc)
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[nproc] = _tp_result(done.stdout)
+    assert runs[1]["tp_size"] == 1 and runs[2]["tp_size"] == 2
+    assert runs[2]["first_loss"] == pytest.approx(runs[1]["first_loss"], rel=1e-5)
+    assert runs[2]["last_loss"] == pytest.approx(runs[1]["last_loss"], rel=1e-3)
+
+
+def test_neuron_parallel_compile_fills_the_cache_for_the_next_run(daemon, short_tmp: Path) -> None:
+    cache = short_tmp / "cache"
+    command = torchrun("nxd_tp_mlp.py", "--steps", "3")
+    done = exec_run(daemon, ["neuron_parallel_compile", *command], NEURON_COMPILE_CACHE_URL=str(cache))
+    assert done.returncode == 0, done.stderr[-3000:]
+    graphs = int(re.search(r"Total graphs: (\d+)", done.stderr).group(1))  # type: ignore[union-attr]
+    assert graphs >= 1
+    assert "Total failed compilations: 0" in done.stderr
+    assert "No compilation was done" in done.stderr and "Compiling graph" not in done.stderr
+    assert len(list(cache.glob("neuronxcc-*/MODULE_*/model.done"))) == graphs
+    again = exec_run(daemon, command, NEURON_COMPILE_CACHE_URL=str(cache))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Using a cached neff" in again.stderr and "Compiling graph" not in again.stderr
+
+
+# -- honest gaps and the command itself ----------------------------------------------------------
+def test_a_name_not_emulated_says_so(daemon) -> None:
+    code = "import torch_xla.core.xla_model as xm\nxm.collective_permute"
+    done = exec_run(daemon, ["python", "-c", code])
+    assert done.returncode == 1
+    assert (
+        "NotEmulatedError: torch_xla.core.xla_model.collective_permute is not emulated by neuron-emulator"
+        in done.stderr
+    )
+    done = exec_run(daemon, ["python", "-c", "from neuronx_distributed.trainer import initialize_parallel_model"])
+    assert done.returncode == 1 and "ModuleNotFoundError" in done.stderr  # a module that is not there at all
+    done = exec_run(daemon, ["python", "-c", "import neuronx_distributed as nxd\nnxd.neuronx_distributed_config"])
+    assert "neuronx_distributed.neuronx_distributed_config is not emulated" in done.stderr
+
+
+def test_shims_are_on_no_path_outside_exec() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import importlib.util as u; print(u.find_spec('torch_xla'), u.find_spec('neuronx_distributed'))",
+        ],
+        capture_output=True,
+        text=True,
+        env=tool_env(None),
+        timeout=60,
+    )
+    assert done.stdout.strip() == "None None"
+
+
+def test_exec_errors_are_one_line(daemon, short_tmp: Path) -> None:
+    missing = run_tool(["neuron-emulator", "exec", "--", "no-such-command-xyz"], daemon.address)
+    assert missing.returncode == 127 and missing.stderr.strip().count("\n") == 0
+    assert "no-such-command-xyz: command not found" in missing.stderr
+    nothing = run_tool(["neuron-emulator", "exec"], daemon.address)
+    assert nothing.returncode == 2 and "give the command to run" in nothing.stderr
+    absent = run_tool(["neuron-emulator", "exec", "--", "true"], str(short_tmp / "absent.sock"))
+    assert absent.returncode == 1 and "neuron-emulator up" in absent.stderr and "Traceback" not in absent.stderr
+    ok = run_tool(["neuron-emulator", "exec", "--", "sh", "-c", "exit 7"], daemon.address)
+    assert ok.returncode == 7  # the command's own status
+
+
+# -- pieces, in process --------------------------------------------------------------------------
+def test_neuronx_distributed_rank_layout() -> None:
+    from emulator.compat.nxd_state import layout
+
+    grid = layout(8, 2, 1)
+    assert grid.tp_groups == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert grid.dp_groups == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    grid = layout(32, 8, 4)
+    assert grid.dp == 1 and grid.pp_groups[:2] == [[0, 8, 16, 24], [1, 9, 17, 25]]
+    assert grid.tp_groups[1] == list(range(8, 16))
+    with pytest.raises(RuntimeError, match="not divisible"):
+        layout(6, 4, 1)
+
+
+def test_gaps_raise_named_errors_but_private_names_stay_attribute_errors() -> None:
+    from emulator.compat.gaps import NotEmulatedError, not_emulated, refuse
+
+    missing = not_emulated("torch_xla.core.xla_model")
+    with pytest.raises(NotEmulatedError, match=r"torch_xla\.core\.xla_model\.all_to_all is not emulated"):
+        missing("all_to_all")
+    with pytest.raises(AttributeError):
+        missing("__path__")
+    with pytest.raises(NotEmulatedError, match=r"torch_neuronx\.trace is not emulated by neuron-emulator: inference"):
+        refuse("torch_neuronx.trace", "inference")()

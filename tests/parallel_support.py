@@ -12,8 +12,8 @@ from emulator.parallel.comm import ParallelState
 
 class ThreadedAllReduce:
     """A communicator for ``tp`` threads, one per rank: :attr:`state` is the calling thread's,
-    and an all-reduce sums the ranks' tensors in place. The other collectives are refused: the
-    comm API hands them no output buffer to fill, so they cannot carry values here."""
+    and an all-reduce returns the sum (or max) of the ranks' tensors. The other collectives are
+    refused: this test's layers do not use them."""
 
     def __init__(self, tp: int) -> None:
         self.tp = tp
@@ -26,17 +26,26 @@ class ThreadedAllReduce:
     def state(self) -> ParallelState:
         return ParallelState(tp=self.tp, tp_rank=self._local.rank)
 
-    def collective(self, kind: str, group: str, tensor: torch.Tensor, nbytes: int) -> None:
-        assert kind == "all_reduce" and group == "tp", (kind, group)
+    def all_reduce(self, tensor: torch.Tensor, group: str, op: str) -> torch.Tensor:
+        assert group == "tp" and op in ("sum", "max"), (group, op)
         rank = self._local.rank
         self._slots[rank] = tensor.detach().clone()
         self._barrier.wait()
-        total = sum(self._slots)  # type: ignore[arg-type]
+        slots = [t for t in self._slots if t is not None]
+        total = torch.stack(slots).amax(0) if op == "max" else sum(slots)
         self._barrier.wait()
-        with torch.no_grad():
-            tensor.copy_(total)
         if rank == 0:
-            self.kinds.append(kind)
+            self.kinds.append("all_reduce")
+        return total.to(tensor.dtype)  # type: ignore[union-attr]
+
+    def all_gather(self, tensor: torch.Tensor, dim: int, group: str) -> torch.Tensor:
+        raise AssertionError("all_gather is not used by this test")
+
+    def reduce_scatter(self, tensor: torch.Tensor, dim: int, group: str) -> torch.Tensor:
+        raise AssertionError("reduce_scatter is not used by this test")
+
+    def send(self, tensor: torch.Tensor, group: str) -> None:
+        raise AssertionError("send is not used by this test")
 
     def run(self, fn: Callable[[int], object]) -> list:
         """``fn(rank)`` on every rank, each in its own thread; their results in rank order."""

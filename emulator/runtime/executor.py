@@ -349,7 +349,15 @@ class DeviceRuntime:
             "engines": {e: float(graph.busy.get(e, 0.0)) * self.faults.slow_factor for e in ENGINES},
             "outcome": outcome,
             "collectives": [
-                {"kind": c.kind, "bytes": c.nbytes, "ranks": c.ranks, "nodes": c.nodes} for c in collectives
+                {
+                    "kind": c.kind,
+                    "bytes": c.nbytes,
+                    "ranks": c.ranks,
+                    "nodes": c.nodes,
+                    # its modelled time, also inside device_seconds (neuron_collective_seconds_total)
+                    "seconds": cost_collective(c, self.links) * self.faults.slow_factor,
+                }
+                for c in collectives
             ],
         }
         self._post(body)

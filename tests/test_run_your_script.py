@@ -146,7 +146,9 @@ def _tp_result(text: str) -> dict:
 
 def test_nxd_tensor_parallel_holds_its_shard_in_each_cores_memory(daemon, short_tmp: Path) -> None:
     out = short_tmp / "tp.txt"
-    proc = exec_start(daemon, torchrun("nxd_tp_mlp.py", "--tensor_parallel_size", "2", "--linger", "8"), out)
+    ckpt = short_tmp / "ckpt"
+    argv = torchrun("nxd_tp_mlp.py", "--tensor_parallel_size", "2", "--linger", "8", "--output_dir", str(ckpt))
+    proc = exec_start(daemon, argv, out)
     try:
         assert wait_until(lambda: '"tp_size"' in out.read_text() or proc.poll() is not None, 180, 0.5), out.read_text()
         result = _tp_result(out.read_text())
@@ -179,6 +181,10 @@ def test_nxd_tensor_parallel_holds_its_shard_in_each_cores_memory(daemon, short_
     full = 4 * (2 * vocab * hidden + 2 * 4 * hidden * hidden + 4 * hidden + hidden)
     assert result["param_bytes"] == pytest.approx(full / 2, rel=0.01)  # half per rank (the output bias is whole)
     assert result["last_loss"] < result["first_loss"] / 2
+    # neuronx-distributed's sharded checkpoint: one file per tensor-parallel rank, holding its shard
+    for rank in (0, 1):
+        state = __import__("torch").load(ckpt / f"tp_rank_{rank:02d}_pp_rank_00" / "checkpoint.pt")
+        assert list(state["model"]["up.weight"].shape) == [4 * hidden // 2, hidden]
 
 
 def test_tensor_parallel_model_computes_what_the_unsharded_one_does(daemon) -> None:

@@ -12,7 +12,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch_xla.core.xla_model as xm
-from neuronx_distributed.parallel_layers import grads, move_model_to_device, parallel_state
+from neuronx_distributed.parallel_layers import checkpointing, grads, move_model_to_device, parallel_state
 from neuronx_distributed.parallel_layers.layers import ColumnParallelLinear, ParallelEmbedding, RowParallelLinear
 from neuronx_distributed.parallel_layers.loss_functions import parallel_cross_entropy
 
@@ -22,6 +22,7 @@ parser.add_argument("--steps", type=int, default=30)
 parser.add_argument("--vocab", type=int, default=1024)
 parser.add_argument("--hidden", type=int, default=256)
 parser.add_argument("--bias", type=int, default=1)
+parser.add_argument("--output_dir", default="", help="save a sharded checkpoint here, then load it back")
 parser.add_argument("--linger", type=float, default=0.0, help="seconds to stay attached after training")
 args = parser.parse_args()
 
@@ -61,6 +62,11 @@ for _ in range(args.steps):
     optimizer.step()
     xm.mark_step()
     losses.append(loss.item())
+
+if args.output_dir:
+    checkpointing.save({"model": model.state_dict(), "step": args.steps}, args.output_dir)
+    restored = checkpointing.load(args.output_dir, model)
+    assert restored == {"step": args.steps}, restored
 
 shapes = {name: list(p.shape) for name, p in model.named_parameters()}
 xm.master_print(

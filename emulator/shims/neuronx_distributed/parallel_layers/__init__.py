@@ -20,12 +20,14 @@ from emulator.compat.nxd_layers import (
 )
 from emulator.compat.nxd_state import initialize_model_parallel
 
-from . import grads, layers, loss_functions, mappings, parallel_state, random, utils
+from . import checkpointing, grads, layers, loss_functions, mappings, parallel_state, random, utils
+from .checkpointing import load, save
 
 __all__ = [
     "ColumnParallelLinear",
     "ParallelEmbedding",
     "RowParallelLinear",
+    "checkpointing",
     "clip_grad_norm",
     "copy_tensor_model_parallel_attributes",
     "copy_to_tensor_model_parallel_region",
@@ -33,6 +35,7 @@ __all__ = [
     "grads",
     "initialize_model_parallel",
     "layers",
+    "load",
     "loss_functions",
     "mappings",
     "model_parallel_xla_manual_seed",
@@ -41,6 +44,7 @@ __all__ = [
     "parallel_state",
     "random",
     "reduce_from_tensor_model_parallel_region",
+    "save",
     "scatter_to_tensor_model_parallel_region",
     "set_defaults_if_not_set_tensor_model_parallel_attributes",
     "set_tensor_model_parallel_attributes",

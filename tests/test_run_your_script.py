@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -81,6 +82,23 @@ def monitor_report(daemon, want) -> dict | None:
         proc.wait()
 
 
+def neuron_top_screen(daemon, tmp: Path, ready) -> str:
+    """neuron-top's screen in tmux, once ``ready(screen)`` holds (or after 20 s)."""
+    tmux = ["tmux", "-S", str(tmp / "tmux.sock")]
+    env = tool_env(daemon.address)
+    command = f"exec env NEURON_EMULATOR_ADDR={daemon.address} PATH={env['PATH']} {BIN / 'neuron-top'}"
+    subprocess.run([*tmux, "new-session", "-d", "-x", "160", "-y", "40", "-s", "top", command], check=True)
+
+    def pane() -> str:
+        return subprocess.run([*tmux, "capture-pane", "-p", "-t", "top"], capture_output=True, text=True).stdout
+
+    try:
+        wait_until(lambda: ready(pane()), 20, 0.2)
+        return pane()
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
 def ls_processes(daemon) -> list[dict]:
     done = run_tool(["neuron-ls", "-j"], daemon.address)
     assert done.returncode == 0, done.stderr
@@ -88,9 +106,10 @@ def ls_processes(daemon) -> list[dict]:
 
 
 # -- the samples ----------------------------------------------------------------------------------
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (CI installs it)")
 def test_torchrun_mlp_trains_on_two_cores_and_the_tools_show_it(daemon, short_tmp: Path) -> None:
     out = short_tmp / "out.txt"
-    proc = exec_start(daemon, torchrun("mlp_torchrun.py", "--epochs", "2", "--linger", "8"), out)
+    proc = exec_start(daemon, torchrun("mlp_torchrun.py", "--epochs", "2", "--linger", "12"), out)
     try:
         assert wait_until(lambda: len(ls_processes(daemon)) == 2 or proc.poll() is not None, 120, 0.5), out.read_text()
         held = ls_processes(daemon)
@@ -105,6 +124,8 @@ def test_torchrun_mlp_trains_on_two_cores_and_the_tools_show_it(daemon, short_tm
             return sorted(cores) == ["0", "1"] and all(c["neuroncore_utilization"] > 0 for c in cores.values())
 
         assert monitor_report(daemon, both_cores_busy) is not None, out.read_text()[-3000:]
+        screen = neuron_top_screen(daemon, short_tmp, lambda s: all(f":{pid}" in s for pid in pids))
+        assert all(f":{pid}" in screen for pid in pids), screen  # a tab per process (its tag: the PID)
         assert proc.wait(timeout=180) == 0, out.read_text()[-3000:]
     finally:
         if proc.poll() is None:

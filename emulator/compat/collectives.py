@@ -103,18 +103,23 @@ class Group:
     def _wait(self, work: dist.Work, what: str) -> None:
         wait(work, what)
 
+    def _in_place(self, t: torch.Tensor, start: Any, what: str) -> torch.Tensor:
+        """``start([buffer])`` — a gloo call — on a contiguous host buffer of ``t``, its result
+        written back into ``t``; returns ``t``'s host alias."""
+        h = host(t)
+        if self.backend is not None:
+            buf = h if h.is_contiguous() else h.contiguous()
+            self._wait(start([buf]), what)
+            if buf is not h:
+                h.copy_(buf)
+        return h
+
     def all_reduce_(self, tensors: Sequence[torch.Tensor], op: str = "sum", scale: float = 1.0) -> None:
         """Reduce each tensor over the group in place, then multiply by ``scale``."""
-        red = reduce_op(op)
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = reduce_op(op)
         for t in tensors:
-            h = host(t)
-            if self.backend is not None:
-                buf = h if h.is_contiguous() else h.contiguous()
-                opts = dist.AllreduceOptions()
-                opts.reduceOp = red
-                self._wait(self.backend.allreduce([buf], opts), "an all-reduce")
-                if buf is not h:
-                    h.copy_(buf)
+            h = self._in_place(t, lambda bufs: self.backend.allreduce(bufs, opts), "an all-reduce")
             if scale != 1.0:
                 h.mul_(scale)
         record("all_reduce", sum(nbytes(t) for t in tensors), self.ranks)
@@ -165,15 +170,10 @@ class Group:
         return out
 
     def broadcast_(self, tensors: Sequence[torch.Tensor], root_index: int = 0) -> None:
+        opts = dist.BroadcastOptions()
+        opts.rootRank = root_index
         for t in tensors:
-            h = host(t)
-            if self.backend is not None:
-                buf = h if h.is_contiguous() else h.contiguous()
-                opts = dist.BroadcastOptions()
-                opts.rootRank = root_index
-                self._wait(self.backend.broadcast([buf], opts), "a broadcast")
-                if buf is not h:
-                    h.copy_(buf)
+            self._in_place(t, lambda bufs: self.backend.broadcast(bufs, opts), "a broadcast")
         record("broadcast", sum(nbytes(t) for t in tensors), self.ranks)
 
     def gather_objects(self, obj: object) -> list[object]:

@@ -8,7 +8,9 @@ module does not define. Private and dunder names (``__path__``, ``_foo``) stay o
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from types import ModuleType
 from typing import NoReturn
 
 DOCS = "docs/run-your-script.md"
@@ -32,6 +34,19 @@ def not_emulated(module: str) -> Callable[[str], NoReturn]:
         raise NotEmulatedError(f"{module}.{name}")
 
     return missing
+
+
+def package_getattr(package: str, submodules: tuple[str, ...]) -> Callable[[str], ModuleType]:
+    """A package's ``__getattr__``: its ``submodules`` are imported on first access (as
+    ``torch_xla.runtime`` after ``import torch_xla``), other public names are not emulated."""
+    missing = not_emulated(package)
+
+    def attribute(name: str) -> ModuleType:
+        if name in submodules:
+            return importlib.import_module(f"{package}.{name}")
+        missing(name)
+
+    return attribute
 
 
 def refuse(qualified: str, why: str = "") -> Callable[..., NoReturn]:

@@ -304,3 +304,29 @@ def test_gaps_raise_named_errors_but_private_names_stay_attribute_errors() -> No
         missing("__path__")
     with pytest.raises(NotEmulatedError, match=r"torch_neuronx\.trace is not emulated by neuron-emulator: inference"):
         refuse("torch_neuronx.trace", "inference")()
+
+
+def test_adamw_fp32_optim_params_is_adamw_with_fp32_state() -> None:
+    import torch
+
+    from emulator.compat.nxd_optim import AdamW_FP32OptimParams
+
+    torch.manual_seed(0)
+    ours, ref = torch.nn.Linear(8, 4), torch.nn.Linear(8, 4)
+    ref.load_state_dict(ours.state_dict())
+    mine = AdamW_FP32OptimParams(ours.parameters(), lr=1e-2, eps=1e-12)
+    theirs = torch.optim.AdamW(ref.parameters(), lr=1e-2, eps=1e-12, weight_decay=0.0)
+    x = torch.randn(16, 8)
+    for _ in range(5):
+        for model, opt in ((ours, mine), (ref, theirs)):
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+    for a, b in zip(ours.parameters(), ref.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+    half = torch.nn.Linear(8, 4).to(torch.bfloat16)
+    opt = AdamW_FP32OptimParams(half.parameters())
+    half(x.to(torch.bfloat16)).float().square().mean().backward()
+    opt.step()
+    assert all(s["exp_avg"].dtype == torch.float32 for s in opt.state.values())
+    assert half.weight.dtype == torch.bfloat16

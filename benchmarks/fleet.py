@@ -30,7 +30,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,9 @@ from pathlib import Path
 
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from emulated_job import cpu_seconds, rss_bytes, stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -60,23 +62,6 @@ def tree(pid: int) -> list[psutil.Process]:
         return [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return []
-
-
-def cpu_seconds(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            t = p.cpu_times()
-            total += t.user + t.system
-    return total
-
-
-def rss(procs: list[psutil.Process]) -> int:
-    total = 0
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            total += p.memory_info().rss
-    return total
 
 
 def scrape(url: str) -> tuple[float, dict[str, float]]:
@@ -205,7 +190,7 @@ def measure(args: argparse.Namespace, nodes: int) -> Figures:
                 cores=len(shares),
                 busy=statistics.mean(shares) if shares else 0.0,
                 cpu=cpu * 100,
-                rss=rss(procs),
+                rss=rss_bytes(procs),
                 scrape_median=statistics.median(latencies),
                 scrape_worst=max(latencies),
                 reporting=sum(1 for seen in ages.values() if max(seen) < 2.0),
@@ -215,13 +200,8 @@ def measure(args: argparse.Namespace, nodes: int) -> Figures:
                 plan_utilization=plan_utilization,
             )
     finally:
-        if job is not None and job.poll() is None:
-            os.killpg(job.pid, signal.SIGTERM)
-            try:
-                job.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(job.pid, signal.SIGKILL)
-                job.wait()
+        if job is not None:
+            stop_process(job, timeout=30)
         shutil.rmtree(runtime, ignore_errors=True)
 
 

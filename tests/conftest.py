@@ -61,6 +61,17 @@ def holders() -> Iterator[list[Holder]]:
         holder.proc.wait(timeout=15)
 
 
+@pytest.fixture
+def exporters() -> Iterator[list]:
+    """Collects started neuron-exporter processes (tests.test_exporter_app.Exporter); none outlives the test."""
+    started: list = []
+    yield started
+    for exporter in started:
+        if exporter.proc.poll() is None:
+            exporter.proc.kill()
+        exporter.proc.wait(timeout=15)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """In CI a skipped test is a failure: nothing may silently not run."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -59,6 +60,20 @@ def run_tool(
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
+
+
+PROMETHEUS = shutil.which("prometheus")  # .ci/run installs Debian's prometheus
+
+
+def prometheus_argv(config: Path, tsdb: Path, port: int) -> list[str]:
+    """A real Prometheus on 127.0.0.1:``port`` with ``config``, its data in ``tsdb``, quiet."""
+    return [
+        str(PROMETHEUS),
+        f"--config.file={config}",
+        f"--storage.tsdb.path={tsdb}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--log.level=warn",
+    ]
 
 
 def free_port() -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import signal
 import stat
 import subprocess
@@ -27,11 +26,19 @@ import pytest
 
 from neurontools.sources.address import parse_address
 from neurontools.sources.daemon_client import DaemonClient, DaemonUnavailable
-from tests.support import HELPERS, free_port, one_clear_line, run_tool, tool_env, wait_until
+from tests.support import (
+    HELPERS,
+    PROMETHEUS,
+    free_port,
+    one_clear_line,
+    prometheus_argv,
+    run_tool,
+    tool_env,
+    wait_until,
+)
 from tests.test_cluster import Cluster, cluster_cmd, get, host_gone, running_cluster
 
 NO_FAULTS = {"efa_bandwidth_factor": 1.0, "cores": []}
-PROMETHEUS = shutil.which("prometheus")
 ROOT = Path(__file__).parents[1]
 
 
@@ -316,13 +323,7 @@ def test_prometheus_sees_the_lost_node_down_and_its_exporter_down_alert_fires(tm
         config.write_text(f"global:\n  evaluation_interval: 1s\nrule_files: ['{rules}']\n{scrape}")
         port = free_port()
         prom = subprocess.Popen(
-            [
-                str(PROMETHEUS),
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--log.level=warn",
-            ],
+            prometheus_argv(config, tmp_path / "tsdb", port),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import signal
 import time
 import urllib.parse
@@ -19,7 +18,17 @@ from typing import NamedTuple
 import pytest
 
 from tests.lifecycle_support import Run, kill_all, ranks_attached, start_run
-from tests.support import BIN, Daemon, Holder, free_port, start_holder, tool_env, wait_until
+from tests.support import (
+    BIN,
+    PROMETHEUS,
+    Daemon,
+    Holder,
+    free_port,
+    prometheus_argv,
+    start_holder,
+    tool_env,
+    wait_until,
+)
 
 WARN = " WARN   NRT:nrt_heartbeat no Neuron emulator daemon answers at "
 AGAIN = " INFO   NRT:nrt_heartbeat registered again with the daemon at "
@@ -174,7 +183,6 @@ def test_model_scale_ranks_register_again_with_a_restarted_daemon(daemon_factory
 
 
 # -- neuron-exporter's counters across the restart, as a real Prometheus sees them ---------------
-PROMETHEUS = shutil.which("prometheus")
 
 
 def prom_get(port: int, path: str, **params: object) -> dict:
@@ -212,13 +220,7 @@ def test_exporter_counters_across_a_daemon_restart_in_prometheus(
         "scrape_configs:\n  - job_name: neuron-exporter\n"
         f"    static_configs: [{{targets: ['127.0.0.1:{exporter_port}']}}]\n"
     )
-    prometheus = [
-        str(PROMETHEUS),
-        f"--config.file={config}",
-        f"--storage.tsdb.path={short_tmp / 'tsdb'}",
-        f"--web.listen-address=127.0.0.1:{prom_port}",
-        "--log.level=warn",
-    ]
+    prometheus = prometheus_argv(config, short_tmp / "tsdb", prom_port)
     runs.append(Run(prometheus, tool_env(None), short_tmp, name="prometheus"))
     executions = 'rate(neuron_executions_total{outcome="completed"}[5s])'
     busy = f'neuron_process_neuroncore_busy_seconds_total{{pid="{pid}",neuroncore="0"}}'

@@ -16,7 +16,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -100,16 +99,6 @@ def _answers(exporter: Exporter) -> bool:
         return exporter.get("/healthz", timeout=1)[0] == 200
     except OSError:
         return False
-
-
-@pytest.fixture
-def exporters() -> Iterator[list[Exporter]]:
-    started: list[Exporter] = []
-    yield started
-    for exporter in started:
-        if exporter.proc.poll() is None:
-            exporter.proc.kill()
-        exporter.proc.wait(timeout=15)
 
 
 def parse(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

@@ -34,13 +34,12 @@ import pytest
 from emulator.hardware import get_instance_type
 from emulator.parallel.launch import load_models
 from emulator.parallel.runner import JobRequest, plan_request
-from tests.support import BIN, free_port, wait_until
+from tests.support import BIN, PROMETHEUS, free_port, prometheus_argv, wait_until
 from tests.test_cluster import Cluster, running_cluster
 from tests.test_prometheus_e2e import concrete, dashboard_queries
 
 ROOT = Path(__file__).parent.parent
 DASHBOARDS = ROOT / "dashboards"
-PROMETHEUS = shutil.which("prometheus")
 MODEL = "vit-base"
 NODES = 4  # trn1.2xlarge: 8 ranks, DP8
 # the fleet families (dashboards/README.md §Fleet metrics): a multi-node job's, checked here
@@ -76,13 +75,7 @@ class Fleet:
         ).replace("refresh_interval: 30s", "refresh_interval: 1s")
         (tmp / "prometheus.yml").write_text(config)
         self.prom = subprocess.Popen(
-            [
-                str(PROMETHEUS),
-                f"--config.file={tmp / 'prometheus.yml'}",
-                f"--storage.tsdb.path={tmp / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--log.level=warn",
-            ],
+            prometheus_argv(tmp / "prometheus.yml", tmp / "tsdb", self.port),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,

@@ -69,16 +69,6 @@ def procs() -> Iterator[list[subprocess.Popen]]:
                 proc.wait()
 
 
-@pytest.fixture
-def exporters() -> Iterator[list[Exporter]]:
-    started: list[Exporter] = []
-    yield started
-    for exporter in started:
-        if exporter.proc.poll() is None:
-            exporter.proc.kill()
-        exporter.proc.wait(timeout=15)
-
-
 # -- the runtime side --------------------------------------------------------------------------------
 
 

@@ -30,11 +30,10 @@ from pathlib import Path
 import pytest
 
 from tests.monitor_configs import monitor_config
-from tests.support import BIN, HELPERS, free_port, start_daemon, tool_env, wait_until
+from tests.support import BIN, HELPERS, PROMETHEUS, free_port, prometheus_argv, start_daemon, tool_env, wait_until
 
 ROOT = Path(__file__).parent.parent
 DASHBOARDS = ROOT / "dashboards"
-PROMETHEUS = shutil.which("prometheus")
 
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="Debian package 'prometheus' not installed")
 
@@ -136,15 +135,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             f"  - job_name: neuron\n    static_configs: [{{targets: ['127.0.0.1:{s.compat_port}']}}]\n"
             f"  - job_name: neuron-exporter\n    static_configs: [{{targets: ['127.0.0.1:{s.exporter_port}']}}]\n"
         )
-        s.spawn(
-            [
-                str(PROMETHEUS),
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tmp / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{s.prom_port}",
-                "--log.level=warn",
-            ]
-        )
+        s.spawn(prometheus_argv(config, tmp / "tsdb", s.prom_port))
         assert wait_until(lambda: _ready(s), timeout=60, interval=0.5), "prometheus not ready"
         # enough samples for rate()/increase() over [1m] windows and for histogram quantiles
         assert wait_until(

@@ -399,10 +399,10 @@ def clip_grad_norm(
 
 # -- the model on the device ---------------------------------------------------------------------
 def move_model_to_device(model: nn.Module, device: Any) -> None:
-    """``model.to(device)``, keeping the parallel tags of the parameters (``.to`` makes new
-    Parameter objects for another device type, without the Python attributes)."""
-    names = (*_TP_ATTRIBUTES, "sequence_parallel_enabled", "shared")
-    saved = {n: {a: getattr(p, a) for a in names if hasattr(p, a)} for n, p in model.named_parameters()}
+    """``model.to(device)``, keeping the Python attributes of the parameters — the parallel tags
+    (``tensor_model_parallel``, ``partition_dim``, ``sequence_parallel_enabled`` ...) and any
+    other a script set: ``.to`` makes new Parameter objects for another device type, without them."""
+    saved = {n: dict(vars(p)) for n, p in model.named_parameters()}
     model.to(device)
     for n, p in model.named_parameters():
         for a, v in saved.get(n, {}).items():

@@ -330,3 +330,18 @@ def test_adamw_fp32_optim_params_is_adamw_with_fp32_state() -> None:
     opt.step()
     assert all(s["exp_avg"].dtype == torch.float32 for s in opt.state.values())
     assert half.weight.dtype == torch.bfloat16
+
+
+def test_xla_process_group_reduces_each_tensor_of_a_coalesced_call_on_its_own() -> None:
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    from emulator.compat.process_group import ProcessGroupXla
+
+    group = ProcessGroupXla(dist.HashStore(), 0, 1, datetime.timedelta(seconds=10), [0])
+    a, b = torch.arange(3.0), torch.arange(2.0).reshape(1, 2).t()  # different sizes, one not contiguous
+    group.allreduce_coalesced([a, b]).wait()
+    group.broadcast([a, b]).wait()
+    assert a.tolist() == [0.0, 1.0, 2.0] and b.flatten().tolist() == [0.0, 1.0]

@@ -103,7 +103,7 @@ class Group:
     def _wait(self, work: dist.Work, what: str) -> None:
         wait(work, what)
 
-    def _in_place(self, t: torch.Tensor, start: Any, what: str) -> torch.Tensor:
+    def in_place(self, t: torch.Tensor, start: Any, what: str) -> torch.Tensor:
         """``start([buffer])`` — a gloo call — on a contiguous host buffer of ``t``, its result
         written back into ``t``; returns ``t``'s host alias."""
         h = host(t)
@@ -119,7 +119,7 @@ class Group:
         opts = dist.AllreduceOptions()
         opts.reduceOp = reduce_op(op)
         for t in tensors:
-            h = self._in_place(t, lambda bufs: self.backend.allreduce(bufs, opts), "an all-reduce")
+            h = self.in_place(t, lambda bufs: self.backend.allreduce(bufs, opts), "an all-reduce")
             if scale != 1.0:
                 h.mul_(scale)
         record("all_reduce", sum(nbytes(t) for t in tensors), self.ranks)
@@ -173,7 +173,7 @@ class Group:
         opts = dist.BroadcastOptions()
         opts.rootRank = root_index
         for t in tensors:
-            self._in_place(t, lambda bufs: self.backend.broadcast(bufs, opts), "a broadcast")
+            self.in_place(t, lambda bufs: self.backend.broadcast(bufs, opts), "a broadcast")
         record("broadcast", sum(nbytes(t) for t in tensors), self.ranks)
 
     def gather_objects(self, obj: object) -> list[object]:

@@ -39,6 +39,7 @@ class ProcessGroupXla(ProcessGroup):
         self._ranks = tuple(ranks) if ranks else tuple(range(size))
         # typed Any: torch's stubs do not declare a Backend's collectives
         self._gloo: Any = dist.ProcessGroupGloo(store, rank, size, timeout)
+        self._group = collectives.Group(self._ranks, self._gloo, rank)
 
     def getBackendName(self) -> str:
         return "xla"
@@ -78,9 +79,9 @@ class ProcessGroupXla(ProcessGroup):
             op = opts if opts is not None else dist.ReduceOp.SUM
             opts = dist.AllreduceOptions()
             opts.reduceOp = op
-        bufs, back = self._hosts(tensors)
-        self._wait(self._gloo.allreduce(bufs, opts), "an all-reduce")
-        self._copy_back(back)
+        # one gloo call per tensor: a list given to gloo at once means one buffer per device, summed together
+        for t in tensors:
+            self._group.in_place(t, lambda bufs: self._gloo.allreduce(bufs, opts), "an all-reduce")
         self._record("all_reduce", sum(collectives.nbytes(t) for t in tensors))
         return _done(tensors)
 
@@ -115,9 +116,8 @@ class ProcessGroupXla(ProcessGroup):
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:  # type: ignore[override]
         options = dist.BroadcastOptions()
         options.rootRank = opts.rootRank if opts is not None else 0
-        bufs, back = self._hosts(tensors)
-        self._wait(self._gloo.broadcast(bufs, options), "a broadcast")
-        self._copy_back(back)
+        for t in tensors:
+            self._group.in_place(t, lambda bufs: self._gloo.broadcast(bufs, options), "a broadcast")
         self._record("broadcast", sum(collectives.nbytes(t) for t in tensors))
         return _done(tensors)
 

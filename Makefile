@@ -39,6 +39,7 @@ demo: setup
 lint: setup
 	$(BIN)/ruff check neurontools emulator tests scripts examples $(wildcard benchmarks)
 	$(BIN)/mypy  # files and settings: [tool.mypy] in pyproject.toml
+	$(BIN)/lint-imports  # the import rules: [tool.importlinter] in pyproject.toml
 
 test: setup lint
 	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile

@@ -47,7 +47,7 @@ from pathlib import Path
 import psutil
 
 from emulator.daemon.telemetry import LATENCY_WINDOW_S
-from neurontools.report.schema import APP_GROUPS, SYSTEM_GROUPS
+from neurontools.contract.schema import APP_GROUPS, SYSTEM_GROUPS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from emulated_job import BIN, BenchError, Run, free_port, process_tree, run_benchmark, stop_process

@@ -16,7 +16,7 @@ from typing import Any
 from emulator.runtime.core_spec import format_core_ids
 from emulator.runtime.faults import HARDWARE_ERROR_STATUS
 from neurontools.cli import CliError, UsageError, number_in_range
-from neurontools.report.names import ECC_EVENTS, MEM_ECC_UNCORRECTED
+from neurontools.contract.names import ECC_EVENTS, MEM_ECC_UNCORRECTED
 from neurontools.sources.address import DaemonAddress
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
 

@@ -70,7 +70,7 @@ def _show(data: Any, limit: int = 300) -> str:
 
 
 def full_config() -> dict[str, Any]:
-    from neurontools.report.schema import APP_GROUPS, SYSTEM_GROUPS
+    from neurontools.contract.schema import APP_GROUPS, SYSTEM_GROUPS
 
     return {
         "period": "1s",

@@ -34,8 +34,8 @@ from emulator.daemon.app import DaemonInfo, create_app
 from emulator.daemon.registry import Registry
 from emulator.daemon.security import Access
 from emulator.hardware import build_inventory, make_identity
-from neurontools.inventory import RUNTIME, inventory_from_dict
-from neurontools.report.schema import CORE_MEMORY_KEYS
+from neurontools.contract.inventory import RUNTIME, inventory_from_dict
+from neurontools.contract.schema import CORE_MEMORY_KEYS
 from neurontools.sources.daemon_client import DaemonError
 
 TOKEN = "fuzz-token"  # the in-process daemon runs with a bearer token: the fuzzer holds it
@@ -475,13 +475,13 @@ def daemon_problems(daemon: Any) -> list[str]:
     """What is wrong with the daemon's state as its clients see it (empty: consistent): every read
     answers and parses, core ownership is exclusive, counters are finite and not negative, and
     the tools (neuron-ls -j's rendering, a neuron-monitor report, an exporter collection) work."""
+    from neurontools.contract.snapshot import snapshot_from_dict
     from neurontools.exporter.app import Exposition
     from neurontools.exporter.collector import Collector, CompatFeed
     from neurontools.ls.render import render_json
     from neurontools.monitor.config import default_config
     from neurontools.report.builder import ReportBuilder
     from neurontools.report.encoding import encode_report
-    from neurontools.report.snapshot import snapshot_from_dict
 
     client = AsgiClient(daemon, AUTH)
     problems: list[str] = []
@@ -709,7 +709,7 @@ def daemon_requests(now: float) -> st.SearchStrategy[tuple[str, str, bytes | Non
 def fuzz_daemon_requests(stats: FuzzStats, examples: int, seed: int | None = None) -> Any:
     """Hostile requests at a fresh daemon app; after each, the snapshot must still be served and
     parse (a poisoned counter would break every tool). Returns the app."""
-    from neurontools.report.snapshot import SnapshotError, snapshot_from_dict
+    from neurontools.contract.snapshot import SnapshotError, snapshot_from_dict
 
     app = daemon_app()
     client = AsgiClient(app, AUTH)

@@ -1,6 +1,6 @@
 """Daemon snapshots (``GET /v1/snapshot``, docs/snapshot.md) for every test, made one way.
 
-Hand-made snapshots are built from the snapshot's own models (neurontools/report/snapshot_models.py)
+Hand-made snapshots are built from the snapshot's own models (neurontools/contract/snapshot_models.py)
 and written by its serialiser, so a fake daemon answers exactly the JSON the real one writes;
 recorded ones are the JSON fixtures of tests/fixtures/report/. Every function returns a fresh
 decoded-JSON dict a test may change, except ``parsed`` (the tools' typed view of one).
@@ -15,10 +15,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from neurontools.inventory import HardwareInfo, InstanceIdentity
-from neurontools.report import snapshot_models
-from neurontools.report.schema import CORE_MEMORY_KEYS, ERROR_SUMMARY_KEYS, EXECUTION_SUMMARY_KEYS, HW_COUNTER_KEYS
-from neurontools.report.snapshot import SNAPSHOT, snapshot_from_dict
+from neurontools.contract import snapshot_models
+from neurontools.contract.inventory import HardwareInfo, InstanceIdentity
+from neurontools.contract.schema import CORE_MEMORY_KEYS, ERROR_SUMMARY_KEYS, EXECUTION_SUMMARY_KEYS, HW_COUNTER_KEYS
+from neurontools.contract.snapshot import SNAPSHOT, snapshot_from_dict
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
 MB = 1024 * 1024

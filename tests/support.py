@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from neurontools.report.schema import CORE_MEMORY_KEYS
+from neurontools.contract.schema import CORE_MEMORY_KEYS
 from neurontools.sources.address import parse_address
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
 

@@ -28,7 +28,7 @@ from emulator.hardware import (
     torus_neighbours,
 )
 from emulator.hardware.sourced import SOURCES
-from neurontools.inventory import inventory_from_dict
+from neurontools.contract.inventory import inventory_from_dict
 
 # docs/reference/trn1-platform.md §Torus, literal CONNECTED lists
 SPEC_TORUS = {

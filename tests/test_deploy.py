@@ -31,11 +31,11 @@ from emulator.cli import _build_parser as emulator_parser
 from emulator.cluster.layout import Layout
 from emulator.hardware.instance_types import INSTANCE_TYPES
 from emulator.runtime.attach import CONTAINER_NAME_ENV, POD_NAME_ENV, POD_NAMESPACE_ENV
+from neurontools.contract.schema import K8S_INFO
 from neurontools.exporter import cli as exporter_cli
 from neurontools.exporter import compat_cli
 from neurontools.monitor import cli as monitor_cli
 from neurontools.monitor.config import parse_config
-from neurontools.report.schema import K8S_INFO
 
 ROOT = Path(__file__).parents[1]
 K8S = ROOT / "deploy" / "k8s"

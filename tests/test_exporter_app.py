@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from neurontools.contract.snapshot import Snapshot
 from neurontools.exporter.collector import Accumulator, history_values
 from neurontools.exporter.fields import FAMILIES, LATENCY_BUCKETS, PER_PROCESS_FAMILIES
 from neurontools.exporter.history import History
 from neurontools.exporter.rest import HISTORY_METRICS
-from neurontools.report.snapshot import Snapshot
 from tests.snapshots import later, parsed, recorded
 from tests.support import one_clear_line, run_tool, tool_env, wait_until
 from tests.test_training_e2e import read_until_done, train

@@ -31,11 +31,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from neurontools.contract.schema import APP_GROUPS
 from neurontools.exporter.compat import FAMILIES, CompatMetrics
 from neurontools.exporter.compat_cli import build_registry, parse_args, pump
 from neurontools.monitor.config import parse_config
 from neurontools.report.builder import build_report
-from neurontools.report.schema import APP_GROUPS
 from tests.snapshots import parsed, recorded
 from tests.support import free_port
 

@@ -1,4 +1,4 @@
-"""The field table (``neurontools/report/fields.py``) and the names (``report/names.py``) are the only
+"""The field table (``neurontools/report/fields.py``) and the names (``contract/names.py``) are the only
 place a quantity's description, unit, family or neuron-top label, and a category, engine or ECC
 event name, is written: the tools read them from there (docs/architecture.md §Who owns what).
 
@@ -18,19 +18,20 @@ import pytest
 from pydantic import BaseModel
 
 from emulator.costmodel.engines import BUSY_ENGINES
+from neurontools.contract import names
+from neurontools.contract.snapshot import snapshot_from_dict
+from neurontools.contract.snapshot_models import JobCounters
 from neurontools.exporter import rest
 from neurontools.exporter.collector import Accumulator, CollectedState, history_values
 from neurontools.exporter.extended import ExtendedCollector
-from neurontools.report import fields, names
+from neurontools.report import fields
 from neurontools.report.fields import EACH_STEP, Quantity
 from neurontools.report.period import measure
-from neurontools.report.snapshot import snapshot_from_dict
-from neurontools.report.snapshot_models import JobCounters
 from neurontools.top import memory_tree, view
 from neurontools.top.model import ENGINE_NAMES
 
 ROOT = Path(__file__).resolve().parent.parent
-TABLES = {ROOT / "neurontools/report/names.py", ROOT / "neurontools/report/fields.py"}
+TABLES = {ROOT / "neurontools/contract/names.py", ROOT / "neurontools/report/fields.py"}
 FIXTURES = ROOT / "tests/fixtures/report"
 
 # String literals outside the table that are equal to a name but are something else, or that
@@ -78,7 +79,7 @@ def test_category_engine_and_event_names_are_spelled_only_in_report_names() -> N
         for path, line, value in _literals("neurontools", "emulator")
         if value in spelled and (path, value) not in ALLOWED
     ]
-    assert not found, "spell these with neurontools.report.names:\n" + "\n".join(found)
+    assert not found, "spell these with neurontools.contract.names:\n" + "\n".join(found)
 
 
 def test_name_orders() -> None:

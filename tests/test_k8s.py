@@ -18,8 +18,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from emulator.runtime.attach import CONTAINER_NAME_ENV, POD_NAME_ENV, POD_NAMESPACE_ENV, pod_from_env
+from neurontools.contract.inventory import PodRef
 from neurontools.exporter.compat import CompatMetrics
-from neurontools.inventory import PodRef
 from neurontools.report import k8s
 from neurontools.report.builder import build_report
 from neurontools.report.monitor_config import MetricGroup, MonitorConfig, default_config

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from neurontools.inventory import (
+from neurontools.contract.inventory import (
     Device,
     Inventory,
     NeuronProcess,

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from neurontools.contract.snapshot import SnapshotError, fetch_snapshot, snapshot_from_dict
 from neurontools.monitor.config import default_config, parse_config
 from neurontools.report import groups
 from neurontools.report.builder import ReportBuilder, build_report
 from neurontools.report.encoding import encode_report
-from neurontools.report.snapshot import SnapshotError, fetch_snapshot, snapshot_from_dict
 from tests.monitor_configs import monitor_config
 from tests.snapshots import later, recorded
 from tests.snapshots import parsed as snap

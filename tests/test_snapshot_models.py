@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema_rs
 import pytest
 
-from neurontools.report.json_values import (
+from neurontools.contract.json_values import (
     describe,
     expect_array,
     expect_number,
@@ -21,8 +21,8 @@ from neurontools.report.json_values import (
     json_type_name,
     number_or_none,
 )
-from neurontools.report.schema import ENGINE_KEYS
-from neurontools.report.snapshot import SNAPSHOT, SnapshotError, SnapshotParser
+from neurontools.contract.schema import ENGINE_KEYS
+from neurontools.contract.snapshot import SNAPSHOT, SnapshotError, SnapshotParser
 from tests.fuzz_support import AUTH, AsgiClient, daemon_app, seed_daemon
 from tests.snapshots import later, loaded_model, parsed, recorded, runtime_process
 from tests.snapshots import snapshot as made_snapshot

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from neurontools.report.snapshot_models import LoadedModel
+from neurontools.contract.snapshot_models import LoadedModel
 from neurontools.sources.address import DaemonAddress
 from neurontools.sources.daemon_client import DaemonUnavailable
 from neurontools.sources.report_stream import ReportStream, StreamEnded

@@ -40,7 +40,7 @@ from emulator.daemon.app import DaemonInfo, create_app
 from emulator.daemon.registry import Registry
 from emulator.daemon.security import Access, PeerCredentialsProtocol, SecurityError, bind_unix_socket
 from emulator.hardware.inventory import build_inventory
-from neurontools.inventory import RUNTIME
+from neurontools.contract.inventory import RUNTIME
 
 PROG = "neuron-emulator"
 GRACEFUL_SHUTDOWN_S = 2.0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from emulator.cluster.layout import Layout
 from emulator.hardware.identity import make_identity
-from neurontools.inventory import InstanceIdentity
+from neurontools.contract.inventory import InstanceIdentity
 from neurontools.sources.address import DaemonAddress
 
 MIN_NODES = 1

@@ -10,7 +10,7 @@ from dataclasses import asdict
 from typing import Any
 
 from emulator.cluster.state import ClusterState, NodeState
-from neurontools.inventory import RUNTIME
+from neurontools.contract.inventory import RUNTIME
 from neurontools.sources.address import parse_address
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
 

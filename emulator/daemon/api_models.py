@@ -1,6 +1,6 @@
 """Request and status models of the daemon's ``/v1`` HTTP API (they drive its OpenAPI schema).
 
-Inventory and process answers are described by the dataclasses of ``neurontools.inventory``
+Inventory and process answers are described by the dataclasses of ``neurontools.contract.inventory``
 themselves — the one contract the tools parse — so their fields are written once.
 """
 

@@ -41,9 +41,9 @@ from emulator.daemon.registry import AttachRequest, ClaimError, Registry
 from emulator.daemon.security import Access, BearerTokenMiddleware
 from emulator.daemon.telemetry import Telemetry
 from neurontools import __version__
+from neurontools.contract.inventory import Inventory, NeuronProcess, PodRef
+from neurontools.contract.snapshot import SNAPSHOT, Snapshot
 from neurontools.http_limits import RequestLimits
-from neurontools.inventory import Inventory, NeuronProcess, PodRef
-from neurontools.report.snapshot import SNAPSHOT, Snapshot
 
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"  # a label value a dashboard can show as is
 REAP_INTERVAL_S = 0.2  # a dead process releases its cores well within one second (docs/lifecycle.md)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import psutil
 
 from emulator.runtime.core_spec import format_core_ids
-from neurontools.inventory import NOT_A_RUNTIME, RUNTIME, Inventory, NeuronProcess, PodRef
+from neurontools.contract.inventory import NOT_A_RUNTIME, RUNTIME, Inventory, NeuronProcess, PodRef
 
 
 class ClaimError(Exception):

@@ -5,7 +5,7 @@ duration). Busy time, per-engine time and FLOPs of an execution count in proport
 of it has elapsed at snapshot time, so a consumer sampling every second sees a smooth,
 monotonic counter rather than lumps at step boundaries. Everything else in a snapshot is
 read from the real host (psutil) at that moment. The snapshot is built from its typed models
-(neurontools/report/snapshot_models.py, docs/snapshot.md), the ones the tools parse it into.
+(neurontools/contract/snapshot_models.py, docs/snapshot.md), the ones the tools parse it into.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from typing import Any
 
 import psutil
 
-from neurontools.inventory import RUNTIME, Inventory, NeuronProcess
-from neurontools.report.schema import CORE_MEMORY_KEYS as CORE_CATEGORIES
-from neurontools.report.schema import ECC_EVENTS
-from neurontools.report.schema import ENGINE_KEYS as ENGINES
-from neurontools.report.schema import ERROR_SUMMARY_KEYS as ERROR_KINDS
-from neurontools.report.schema import EXECUTION_SUMMARY_KEYS as OUTCOMES
-from neurontools.report.snapshot_models import (
+from neurontools.contract.inventory import RUNTIME, Inventory, NeuronProcess
+from neurontools.contract.schema import CORE_MEMORY_KEYS as CORE_CATEGORIES
+from neurontools.contract.schema import ECC_EVENTS
+from neurontools.contract.schema import ENGINE_KEYS as ENGINES
+from neurontools.contract.schema import ERROR_SUMMARY_KEYS as ERROR_KINDS
+from neurontools.contract.schema import EXECUTION_SUMMARY_KEYS as OUTCOMES
+from neurontools.contract.snapshot_models import (
     NO_HOST_MEMORY,
     CollectiveCounters,
     Collectives,

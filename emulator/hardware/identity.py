@@ -12,7 +12,7 @@ import hashlib
 import re
 
 from emulator.hardware.instance_types import get_instance_type
-from neurontools.inventory import InstanceIdentity
+from neurontools.contract.inventory import InstanceIdentity
 
 DEFAULT_REGION = "us-west-2"
 DEFAULT_AVAILABILITY_ZONE = "us-west-2d"

@@ -1,9 +1,9 @@
-"""Build the ``neurontools.inventory.Inventory`` of an emulated instance from the catalog."""
+"""Build the ``neurontools.contract.inventory.Inventory`` of an emulated instance from the catalog."""
 
 from __future__ import annotations
 
 from emulator.hardware.instance_types import InstanceType, get_instance_type
-from neurontools.inventory import Device, HardwareInfo, InstanceIdentity, Inventory
+from neurontools.contract.inventory import Device, HardwareInfo, InstanceIdentity, Inventory
 
 
 def hardware_info(itype: InstanceType) -> HardwareInfo:

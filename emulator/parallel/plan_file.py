@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from neurontools.report.schema import ENGINE_KEYS
+from neurontools.contract.schema import ENGINE_KEYS
 
 if TYPE_CHECKING:
     from emulator.parallel.job import CollectiveCost, JobPlan

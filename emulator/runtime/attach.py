@@ -25,7 +25,7 @@ import psutil
 
 from emulator.runtime.core_spec import CoreSpecError, format_core_ids, request_from_env
 from emulator.runtime.errors import NeuronRuntimeError
-from neurontools.inventory import RUNTIME, NeuronProcess, process_from_dict
+from neurontools.contract.inventory import RUNTIME, NeuronProcess, process_from_dict
 from neurontools.sources.address import AddressError
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
 from neurontools.sources.registration import Registration

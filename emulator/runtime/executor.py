@@ -42,7 +42,7 @@ from emulator.runtime.compile_cache import CompileCache, LoadedModel, cache_sett
 from emulator.runtime.errors import NeuronRuntimeError
 from emulator.runtime.faults import NO_FAULTS, CoreFaults, failed_execution
 from emulator.runtime.memory import MemoryLedger
-from neurontools.report.schema import ENGINE_KEYS as ENGINES
+from neurontools.contract.schema import ENGINE_KEYS as ENGINES
 from neurontools.sources.daemon_client import DaemonError, DaemonUnavailable
 
 # Runtime's own device memory per core: the OOM report of a real trn1 runtime shows

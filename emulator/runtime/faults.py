@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from emulator.runtime.errors import NeuronRuntimeError
-from neurontools.report.names import MEM_ECC_UNCORRECTED, SRAM_ECC_UNCORRECTED
+from neurontools.contract.names import MEM_ECC_UNCORRECTED, SRAM_ECC_UNCORRECTED
 
 # NRT status of an execution that hits an uncorrectable ECC error (nrt_status.h): HBM, NeuronCore SRAM
 HARDWARE_ERROR_STATUS = {

@@ -32,7 +32,7 @@ from types import ModuleType
 import torch
 
 from emulator.runtime.errors import NeuronRuntimeError
-from neurontools.report.names import CORE_MEMORY_KEYS
+from neurontools.contract.names import CORE_MEMORY_KEYS
 
 NRT_RESOURCE_STATUS = 4
 

@@ -33,16 +33,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from neurontools.contract.inventory import Inventory, InventoryError, inventory_from_dict
+from neurontools.contract.schema import ENGINE_KEYS
+from neurontools.contract.snapshot import Snapshot, SnapshotError, fetch_snapshot
 from neurontools.exporter.compat_feed import CompatFeed
 from neurontools.exporter.history import HISTORY_ROWS, HISTORY_STEP, History
 from neurontools.exporter.totals import Accumulator, Totals
-from neurontools.inventory import Inventory, InventoryError, inventory_from_dict
 from neurontools.report import fields
 from neurontools.report.builder import Report, ReportBuilder
 from neurontools.report.monitor_config import every_group_config
 from neurontools.report.period import Period, measure, period_between
-from neurontools.report.schema import ENGINE_KEYS
-from neurontools.report.snapshot import Snapshot, SnapshotError, fetch_snapshot
 from neurontools.sources.daemon_client import DaemonError, DaemonUnavailable
 from neurontools.sources.tool_session import ToolSession
 

@@ -57,9 +57,9 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from neurontools.report.json_values import describe, is_number, is_object
-from neurontools.report.names import CORE_MEMORY_KEYS, ECC_EVENTS
-from neurontools.report.percent import share
+from neurontools.contract.json_values import describe, is_number, is_object
+from neurontools.contract.names import CORE_MEMORY_KEYS, ECC_EVENTS
+from neurontools.contract.percent import share
 
 APP = "app"  # per Neuron runtime process: instance labels + runtime_tag + the family's labels
 SYSTEM = "system"  # per host: instance labels + the family's labels

@@ -21,6 +21,15 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
 from neurontools import __version__
+from neurontools.contract.schema import (
+    CORE_MEMORY_KEYS,
+    ENGINE_KEYS,
+    ERROR_SUMMARY_KEYS,
+    EXECUTION_SUMMARY_KEYS,
+    HW_COUNTER_KEYS,
+    VCPU_FIELDS,
+)
+from neurontools.contract.snapshot_models import JobCounters
 from neurontools.exporter.collector import CollectedState
 from neurontools.exporter.fields import LATENCY_BUCKETS
 from neurontools.report import fields, k8s
@@ -34,15 +43,6 @@ from neurontools.report.fields import (
     family_of,
 )
 from neurontools.report.period import LINK_TYPES
-from neurontools.report.schema import (
-    CORE_MEMORY_KEYS,
-    ENGINE_KEYS,
-    ERROR_SUMMARY_KEYS,
-    EXECUTION_SUMMARY_KEYS,
-    HW_COUNTER_KEYS,
-    VCPU_FIELDS,
-)
-from neurontools.report.snapshot_models import JobCounters
 
 Sample = tuple[tuple[str, ...], Any]  # label values in the family's label order, value
 Sampler = Callable[[CollectedState], list[Sample]]

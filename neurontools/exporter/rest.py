@@ -27,13 +27,13 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from neurontools import __version__
+from neurontools.contract.inventory import HardwareInfo, InstanceIdentity
+from neurontools.contract.schema import CORE_MEMORY_KEYS, HW_COUNTER_KEYS
+from neurontools.contract.snapshot_models import ProcessSnapshot
 from neurontools.exporter.collector import CollectedState
 from neurontools.exporter.history import HISTORY_ROWS, History
-from neurontools.inventory import HardwareInfo, InstanceIdentity
 from neurontools.report import fields
 from neurontools.report.encoding import encode_report
-from neurontools.report.schema import CORE_MEMORY_KEYS, HW_COUNTER_KEYS
-from neurontools.report.snapshot_models import ProcessSnapshot
 
 PREFIX = "/api/v1"
 

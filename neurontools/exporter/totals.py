@@ -12,10 +12,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from neurontools.contract.schema import ERROR_SUMMARY_KEYS, EXECUTION_SUMMARY_KEYS, VCPU_FIELDS
+from neurontools.contract.snapshot import Snapshot
 from neurontools.exporter.fields import LATENCY_BUCKETS
 from neurontools.report.period import LINK_TYPES, Period, period_between
-from neurontools.report.schema import ERROR_SUMMARY_KEYS, EXECUTION_SUMMARY_KEYS, VCPU_FIELDS
-from neurontools.report.snapshot import Snapshot
 
 
 @dataclass(frozen=True)

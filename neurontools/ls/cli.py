@@ -25,7 +25,7 @@ from neurontools.cli import (
     stop_signals,
     stopped_status,
 )
-from neurontools.inventory import Inventory, InventoryError, inventory_from_dict
+from neurontools.contract.inventory import Inventory, InventoryError, inventory_from_dict
 from neurontools.sources.address import AddressError
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
 from neurontools.sources.tool_session import ToolSession

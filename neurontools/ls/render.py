@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from neurontools.inventory import NOT_A_RUNTIME, RUNTIME, Device, Inventory, NeuronProcess
+from neurontools.contract.inventory import NOT_A_RUNTIME, RUNTIME, Device, Inventory, NeuronProcess
 from neurontools.ls.table import Header, group_rows, render_table, sanitize_cell, truncate
 from neurontools.ls.topology import topology_lines
 

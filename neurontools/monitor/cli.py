@@ -36,10 +36,10 @@ from neurontools.cli import (
     silence_stdout,
     stop_signals,
 )
+from neurontools.contract.snapshot import Snapshot, SnapshotError, fetch_snapshot
 from neurontools.monitor.config import ConfigError, GroupKey, MonitorConfig, default_config, load_config
 from neurontools.report.builder import Report, ReportBuilder
 from neurontools.report.encoding import encode_report
-from neurontools.report.snapshot import Snapshot, SnapshotError, fetch_snapshot
 from neurontools.sources.address import AddressError
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
 from neurontools.sources.tool_session import ToolSession

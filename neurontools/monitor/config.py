@@ -30,7 +30,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from neurontools.report.json_values import json_type_name
+from neurontools.contract.json_values import json_type_name
+from neurontools.contract.schema import APP_GROUPS, RENAMED_GROUPS, SYSTEM_METRIC_TYPES
 from neurontools.report.monitor_config import (
     DEFAULT_PERIOD,
     MATCH_ALL,
@@ -40,7 +41,6 @@ from neurontools.report.monitor_config import (
     RuntimeSelector,
     default_config,
 )
-from neurontools.report.schema import APP_GROUPS, RENAMED_GROUPS, SYSTEM_METRIC_TYPES
 
 MIN_PERIOD = 0.1
 

@@ -1,8 +1,8 @@
-"""The neuron-monitor report: daemon snapshots in, report objects and their exact JSON bytes out.
+"""The neuron-monitor report: daemon snapshots (neurontools.contract) in, report objects and their
+exact JSON bytes out.
 
 The names below are imported on first use, so that importing one light module of this package
-(``schema``, ``json_values``: constants and plain functions, used by training processes and
-command-line tools) does not import the report builder and the snapshot's validation (pydantic).
+(``fields``: a table) does not import the report builder.
 """
 
 from __future__ import annotations
@@ -13,28 +13,19 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from neurontools.report.builder import ReportBuilder, build_report
     from neurontools.report.encoding import encode_report, format_float
-    from neurontools.report.snapshot import Snapshot, SnapshotError, fetch_snapshot, snapshot_from_dict
 
 _HOMES = {
     "ReportBuilder": "builder",
     "build_report": "builder",
     "encode_report": "encoding",
     "format_float": "encoding",
-    "Snapshot": "snapshot",
-    "SnapshotError": "snapshot",
-    "fetch_snapshot": "snapshot",
-    "snapshot_from_dict": "snapshot",
 }
 
 __all__ = [
     "ReportBuilder",
-    "Snapshot",
-    "SnapshotError",
     "build_report",
     "encode_report",
-    "fetch_snapshot",
     "format_float",
-    "snapshot_from_dict",
 ]
 
 

@@ -32,10 +32,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-from neurontools.report import groups as g
-from neurontools.report.monitor_config import GroupKey, MonitorConfig
-from neurontools.report.period import Period, measure
-from neurontools.report.schema import (
+from neurontools.contract.schema import (
     APP_GROUPS,
     EXECUTION_STATS,
     K8S_INFO,
@@ -48,10 +45,13 @@ from neurontools.report.schema import (
     TOP_LEVEL_GROUPS,
     VCPU_USAGE,
 )
-from neurontools.report.snapshot_models import LoadedModel, ProcessMemory, ProcessSnapshot, Snapshot
+from neurontools.contract.snapshot_models import LoadedModel, ProcessMemory, ProcessSnapshot, Snapshot
+from neurontools.report import groups as g
+from neurontools.report.monitor_config import GroupKey, MonitorConfig
+from neurontools.report.period import Period, measure
 
 if TYPE_CHECKING:
-    from neurontools.inventory import HardwareInfo, InstanceIdentity
+    from neurontools.contract.inventory import HardwareInfo, InstanceIdentity
 
 Report = dict[str, Any]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from neurontools.report.names import ENGINES
+from neurontools.contract.names import ENGINES
 
 # -- units ----------------------------------------------------------------------------------------
 

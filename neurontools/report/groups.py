@@ -19,11 +19,9 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from neurontools.inventory import HardwareInfo, InstanceIdentity
-from neurontools.report import k8s
-from neurontools.report.percent import percent
-from neurontools.report.period import Period, ProcessPeriod
-from neurontools.report.schema import (
+from neurontools.contract.inventory import HardwareInfo, InstanceIdentity
+from neurontools.contract.percent import percent
+from neurontools.contract.schema import (
     CORE_MEMORY_KEYS,
     HARDWARE_INFO_KEYS,
     HOST_MEMORY_KEYS,
@@ -38,7 +36,9 @@ from neurontools.report.schema import (
     VCPU_FIELDS,
     VCPU_USAGE,
 )
-from neurontools.report.snapshot_models import LoadedModel, ProcessSnapshot, Snapshot
+from neurontools.contract.snapshot_models import LoadedModel, ProcessSnapshot, Snapshot
+from neurontools.report import k8s
+from neurontools.report.period import Period, ProcessPeriod
 
 Group = dict[str, Any]
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from neurontools.inventory import HardwareInfo, PodRef
-from neurontools.report.snapshot_models import ProcessSnapshot, Snapshot
+from neurontools.contract.inventory import HardwareInfo, PodRef
+from neurontools.contract.snapshot_models import ProcessSnapshot, Snapshot
 
 # label values of a core no pod holds (dcgm-exporter's convention: empty strings)
 NO_POD_LABELS = ("", "", "")

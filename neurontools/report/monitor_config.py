@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from neurontools.report.schema import DEFAULT_APP_GROUPS, DEFAULT_SYSTEM_GROUPS, NEURON_HW_COUNTERS
+from neurontools.contract.schema import DEFAULT_APP_GROUPS, DEFAULT_SYSTEM_GROUPS, NEURON_HW_COUNTERS
 
 DEFAULT_PERIOD = 5.0
 MATCH_ALL = ".*"

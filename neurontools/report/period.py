@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from neurontools.report.schema import (
+from neurontools.contract.schema import (
     CORE_MEMORY_KEYS,
     ENGINE_KEYS,
     ERROR_SUMMARY_KEYS,
@@ -39,7 +39,7 @@ from neurontools.report.schema import (
     PROCESS_CPU_FIELDS,
     VCPU_FIELDS,
 )
-from neurontools.report.snapshot_models import CoreCounters, Latency, ProcessSnapshot, Snapshot
+from neurontools.contract.snapshot_models import CoreCounters, Latency, ProcessSnapshot, Snapshot
 
 LINK_TYPES = ("neuronlink", "efa")
 IDLE_VCPU_FIELD = "idle"  # the one state that is not CPU work (io_wait counts as busy, as top does)

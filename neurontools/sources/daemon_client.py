@@ -18,6 +18,7 @@ import os
 import socket
 from typing import Any, Protocol
 
+from neurontools.contract.reader import DaemonReader
 from neurontools.sources.address import (
     ENV_VAR,
     TOKEN_ENV_VAR,
@@ -71,12 +72,6 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
             sock.close()
             raise
         self.sock = sock
-
-
-class DaemonReader(Protocol):
-    """The read side of a daemon client (``DaemonClient`` or a fake in tests)."""
-
-    def get(self, path: str) -> Any: ...
 
 
 class DaemonApi(DaemonReader, Protocol):

@@ -11,7 +11,7 @@ import os
 from types import TracebackType
 from typing import Any
 
-from neurontools.inventory import NOT_A_RUNTIME, TOOL
+from neurontools.contract.inventory import NOT_A_RUNTIME, TOOL
 from neurontools.sources.daemon_client import DaemonApi, DaemonError, DaemonUnavailable
 from neurontools.sources.registration import Registration
 

@@ -5,7 +5,7 @@ Shares (0-1) are given as shares and shown as percent: the screen is where perce
 
 from __future__ import annotations
 
-from neurontools.report.percent import percent
+from neurontools.contract.percent import percent
 
 NA = "NA"
 _UNITS = ("B", "KB", "MB", "GB", "TB")

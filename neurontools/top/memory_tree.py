@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from neurontools.report.names import DEVICE_CATEGORIES
+from neurontools.contract.names import DEVICE_CATEGORIES
 from neurontools.top.formats import core_label, device_label
 from neurontools.top.model import ModelMemory, Sample
 from neurontools.top.view import cores_memory, selected

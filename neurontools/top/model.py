@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from neurontools.report.names import ENGINES
-from neurontools.report.schema import CORE_MEMORY_KEYS, HOST_MEMORY_KEYS
+from neurontools.contract.names import ENGINES
+from neurontools.contract.schema import CORE_MEMORY_KEYS, HOST_MEMORY_KEYS
 
 # Engine keys of the snapshot and the names neuron-top shows for them, in display order.
 ENGINE_NAMES: Mapping[str, str] = {e.key: e.label for e in ENGINES}

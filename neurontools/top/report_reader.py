@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
-from neurontools.report.json_values import index_or_none, integer_or_none, number_or_none, object_or_none
-from neurontools.report.percent import share
-from neurontools.report.schema import (
+from neurontools.contract.json_values import index_or_none, integer_or_none, number_or_none, object_or_none
+from neurontools.contract.percent import share
+from neurontools.contract.schema import (
     CORE_MEMORY_KEYS,
     EXECUTION_STATS,
     HOST_MEMORY_KEYS,
@@ -38,7 +38,7 @@ MAX_CORES_PER_DEVICE = 64
 MAX_INDEX_DIGITS = 9
 
 
-# the shared lenient JSON readers (neurontools/report/json_values.py) with this reader's bounds
+# the shared lenient JSON readers (neurontools/contract/json_values.py) with this reader's bounds
 _obj = object_or_none
 _num = partial(number_or_none, bound=MAX_INT)  # a finite number; None: missing, not a number, NaN, infinite, too big
 _int = partial(integer_or_none, bound=MAX_INT)

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from neurontools.contract.snapshot import Snapshot
 from neurontools.report.period import Period
-from neurontools.report.snapshot import Snapshot
 from neurontools.top.model import ENGINE_NAMES
 
 

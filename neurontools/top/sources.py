@@ -12,10 +12,10 @@ import contextlib
 from dataclasses import replace
 from typing import Any, Protocol
 
+from neurontools.contract.snapshot import Snapshot, SnapshotError, SnapshotParser, fetch_snapshot
 from neurontools.report.builder import ReportBuilder
 from neurontools.report.monitor_config import every_group_config
 from neurontools.report.period import measure
-from neurontools.report.snapshot import Snapshot, SnapshotError, SnapshotParser, fetch_snapshot
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
 from neurontools.sources.report_stream import ReportStream, StreamEnded
 from neurontools.sources.tool_session import ToolSession

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from neurontools.contract.names import DEVICE_CATEGORIES, HOST_CATEGORIES
+from neurontools.contract.schema import CORE_MEMORY_KEYS
 from neurontools.report.fields import MEMORY_TOTAL
-from neurontools.report.names import DEVICE_CATEGORIES, HOST_CATEGORIES
-from neurontools.report.schema import CORE_MEMORY_KEYS
 from neurontools.top.model import AppSample, Sample
 
 # Memory Usage Summary rows: (label, key); key None = the row's total. Labels and order from

@@ -4,7 +4,7 @@ Two families, one vocabulary:
 
 * strict checks (``expect_object``, ``expect_array``, ``expect_number``) raise the caller's error
   class with ``"<where>: expected <what>, got <value>"``, the one-line form every tool prints
-  (the snapshot's typed models word their errors the same way: neurontools/report/validation.py);
+  (the snapshot's typed models word their errors the same way: neurontools/contract/validation.py);
 * lenient readers (``object_or_none``, ``number_or_none``, ``integer_or_none``, ``index_or_none``)
   answer None for anything unusable, for documents read as "show what can be shown"
   (a neuron-monitor report from any 2.x version, docs/reference/neuron-top.md).

@@ -2,8 +2,8 @@
 
 These frozen dataclasses are the snapshot's one definition: the daemon builds them and writes
 them as JSON (emulator/daemon/telemetry.py), the tools validate the JSON back into them
-(neurontools/report/snapshot.py), and the daemon's OpenAPI schema is generated from them. Field
-order is the wire's key order; field types say what JSON must hold (neurontools/report/validation.py).
+(neurontools/contract/snapshot.py), and the daemon's OpenAPI schema is generated from them. Field
+order is the wire's key order; field types say what JSON must hold (neurontools/contract/validation.py).
 
 Required on the wire is what reports are computed from; ``compile_cache``, ``collectives``,
 per-engine busy times, ``command``, ``runtime_version``, ``pod`` and ``cpu_error`` may be absent (zero,
@@ -20,9 +20,9 @@ from typing import Annotated, Literal, NamedTuple, TypeVar, Union
 
 from pydantic import Discriminator
 
-from neurontools.inventory import RUNTIME, TOOL, HardwareInfo, InstanceIdentity, PodRef
-from neurontools.report.schema import CORE_MEMORY_KEYS, HOST_MEMORY_KEYS, VCPU_FIELDS
-from neurontools.report.validation import (
+from neurontools.contract.inventory import RUNTIME, TOOL, HardwareInfo, InstanceIdentity, PodRef
+from neurontools.contract.schema import CORE_MEMORY_KEYS, HOST_MEMORY_KEYS, VCPU_FIELDS
+from neurontools.contract.validation import (
     FixedArray,
     Flag,
     IndexKeyed,

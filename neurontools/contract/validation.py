@@ -13,7 +13,7 @@ takes an integral float (``12.0``, as some encoders write counters), object keys
 are decimal digits only. Unknown keys are ignored, so a newer writer can add fields. A failure
 raises the caller's error class with one line naming the first bad key as the tools print it:
 ``snapshot.processes[0].cores['1'].busy: expected a number, got 'x'`` (the wording of
-neurontools/report/json_values.py, which hand-written readers use).
+neurontools/contract/json_values.py, which hand-written readers use).
 
 ``Reusable`` fields take over the previous document's objects when their JSON did not change
 (``SectionMemo``): comparing JSON is several times cheaper than validating it, and consumers
@@ -32,7 +32,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar, Union, get_args, g
 from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler, TypeAdapter, ValidationError
 from pydantic_core import core_schema as cs
 
-from neurontools.report.json_values import describe
+from neurontools.contract.json_values import describe
 
 T = TypeVar("T")
 
@@ -138,7 +138,7 @@ class IndexKeyed:
 
 class StrictFields:
     """``Annotated`` metadata for a plain dataclass defined without pydantic (e.g. in
-    neurontools/inventory.py): its ``str``/``int``/``float``/``bool`` fields validated as
+    neurontools/contract/inventory.py): its ``str``/``int``/``float``/``bool`` fields validated as
     ``Text``/``Integer``/``Number``/``Flag``."""
 
     def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> cs.CoreSchema:

@@ -1,21 +1,19 @@
 """Reading the daemon snapshot (``GET /v1/snapshot``, docs/snapshot.md) into its typed models.
 
-The models are neurontools/report/snapshot_models.py (``Snapshot``, the whole, is re-exported
+The models are neurontools/contract/snapshot_models.py (``Snapshot``, the whole, is re-exported
 here); validation is strict about everything a report is computed from and names the bad key, e.g.
-``snapshot.processes[0].cores['1'].busy: expected a number, got 'x'`` (neurontools/report/validation.py).
+``snapshot.processes[0].cores['1'].busy: expected a number, got 'x'`` (neurontools/contract/validation.py).
 Unknown keys are ignored so a newer daemon can add fields.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from neurontools.report.snapshot_models import Snapshot
-from neurontools.report.validation import JsonValidator, SectionMemo
-
-if TYPE_CHECKING:
-    from neurontools.sources.daemon_client import DaemonReader
+from neurontools.contract.reader import DaemonReader
+from neurontools.contract.snapshot_models import Snapshot
+from neurontools.contract.validation import JsonValidator, SectionMemo
 
 __all__ = [
     "SNAPSHOT",

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 # Engine, memory category and ECC event names are written once, in report.names; their key
 # orders are re-exported here with the report's other key orders.
-from neurontools.report.names import CORE_MEMORY_KEYS as CORE_MEMORY_KEYS
-from neurontools.report.names import ECC_EVENTS as ECC_EVENTS
-from neurontools.report.names import ENGINE_KEYS as ENGINE_KEYS
-from neurontools.report.names import HOST_MEMORY_KEYS as HOST_MEMORY_KEYS
-from neurontools.report.names import HW_COUNTER_KEYS as HW_COUNTER_KEYS
-from neurontools.report.names import SUBGRAPH_DEVICE_MEMORY_KEYS as SUBGRAPH_DEVICE_MEMORY_KEYS
+from neurontools.contract.names import CORE_MEMORY_KEYS as CORE_MEMORY_KEYS
+from neurontools.contract.names import ECC_EVENTS as ECC_EVENTS
+from neurontools.contract.names import ENGINE_KEYS as ENGINE_KEYS
+from neurontools.contract.names import HOST_MEMORY_KEYS as HOST_MEMORY_KEYS
+from neurontools.contract.names import HW_COUNTER_KEYS as HW_COUNTER_KEYS
+from neurontools.contract.names import SUBGRAPH_DEVICE_MEMORY_KEYS as SUBGRAPH_DEVICE_MEMORY_KEYS
 
 # -- metric groups --------------------------------------------------------------------------------
 

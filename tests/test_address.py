@@ -1,4 +1,4 @@
-"""NEURON_EMULATOR_ADDR and the default socket path (README §The emulated instance, docs/security.md)."""
+"""NEURON_EMULATOR_ADDR and the default socket path (docs/emulator.md §The emulated instance, docs/security.md)."""
 
 from __future__ import annotations
 

@@ -7,18 +7,17 @@ import math
 
 import pytest
 
-from emulator.capture.ops import CollectiveRecord, OpRecord, TensorMeta
+from emulator.capture.ops import OpRecord, TensorMeta
 from emulator.costmodel import (
     OP_TABLE,
-    TRN1_32XLARGE_LINKS,
     CostOptions,
     Engine,
     OpKind,
     classify,
     classify_name,
     compile_cost,
-    cost_collective,
     cost_graph,
+    cost_group_collective,
     cost_op,
     links_for,
     matmul_efficiency,
@@ -31,7 +30,14 @@ from emulator.costmodel.calibration import CALIBRATION_ROWS, micro_step_ops, mod
 from emulator.costmodel.engines import _merge
 from emulator.costmodel.graph import schedule
 from emulator.costmodel.ops import dma_bandwidth, fixed_overhead_seconds, hbm_stream_bandwidth
-from emulator.hardware import NCCOM_CALIBRATION, NEURONCORE_V2, TRAINIUM1, TRN1_2XLARGE, TRN1N_32XLARGE
+from emulator.hardware import (
+    NCCOM_CALIBRATION,
+    NEURONCORE_V2,
+    TRAINIUM1,
+    TRN1_2XLARGE,
+    TRN1_32XLARGE,
+    TRN1N_32XLARGE,
+)
 
 _SIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "int64": 8, "int32": 4, "bool": 1, "float64": 8}
 BF16_ALL = CostOptions(auto_cast="all", auto_cast_type="bf16")
@@ -398,42 +404,46 @@ def test_options_from_env_rejects_bad_values(env: dict[str, str], flag: str | No
 # --- collectives ---------------------------------------------------------------------------------------------
 
 
+def _first_cores(kind: str, nbytes: int, ranks: int) -> float:
+    """Seconds of a collective on the first ``ranks`` cores of trn1.32xlarge nodes (nccom-test's layout)."""
+    return cost_group_collective(kind, nbytes, range(ranks), TRN1_32XLARGE).seconds
+
+
 def test_collectives_match_nccom_calibration_at_1mib_and_above() -> None:
     checked = 0
     for series in NCCOM_CALIBRATION:
         for size, us in series.points:
             if size < 1 << 20:
                 continue
-            record = CollectiveRecord(series.collective, size, series.ranks, series.nodes)
-            ratio = cost_collective(record) / (us * 1e-6)
+            ratio = _first_cores(series.collective, size, series.ranks) / (us * 1e-6)
             assert 1 / 1.5 <= ratio <= 1.5, (series.name, size, ratio)
             checked += 1
     assert checked >= 13
 
 
 def test_collective_floor_and_scaling() -> None:
-    small = cost_collective(CollectiveRecord("all_reduce", 1024, 2))
+    small = _first_cores("all_reduce", 1024, 2)
     assert small == pytest.approx(58e-6, rel=1e-3)
-    assert cost_collective(CollectiveRecord("all_reduce", 1 << 20, 1)) == 0.0
-    sizes = [cost_collective(CollectiveRecord("all_reduce", 1 << p, 32)) for p in range(10, 31, 4)]
+    assert _first_cores("all_reduce", 1 << 20, 1) == 0.0
+    sizes = [_first_cores("all_reduce", 1 << p, 32) for p in range(10, 31, 4)]
     assert sizes == sorted(sizes)
-    ranks = [cost_collective(CollectiveRecord("all_reduce", 1 << 26, n)) for n in (2, 8, 32)]
+    ranks = [_first_cores("all_reduce", 1 << 26, n) for n in (2, 8, 32)]
     assert ranks == sorted(ranks)
-    two_nodes = cost_collective(CollectiveRecord("all_reduce", 1 << 26, 64, nodes=2))
+    two_nodes = _first_cores("all_reduce", 1 << 26, 64)
     assert two_nodes > ranks[-1]
-    ar, ag = (cost_collective(CollectiveRecord(k, 1 << 28, 32)) for k in ("all_reduce", "all-gather"))
+    ar, ag = (_first_cores(k, 1 << 28, 32) for k in ("all_reduce", "all-gather"))
     assert ag < ar
     with pytest.raises(ValueError, match="unknown collective"):
-        cost_collective(CollectiveRecord("gossip", 1, 2))
+        _first_cores("gossip", 1, 2)
 
 
 def test_links_per_instance_type() -> None:
-    trn1n, small = links_for(TRN1N_32XLARGE), links_for(TRN1_2XLARGE)
-    assert trn1n.inter_bandwidth >= TRN1_32XLARGE_LINKS.inter_bandwidth
+    trn1, trn1n, small = links_for(TRN1_32XLARGE), links_for(TRN1N_32XLARGE), links_for(TRN1_2XLARGE)
+    assert trn1n.inter_bandwidth >= trn1.inter_bandwidth
     assert trn1n.inter_bandwidth <= trn1n.intra_bandwidth
-    assert small.inter_bandwidth < TRN1_32XLARGE_LINKS.inter_bandwidth / 10
-    assert TRN1_32XLARGE_LINKS.intra_hop == TRAINIUM1.links.intra_node_hop_latency_high.base
-    assert TRN1_32XLARGE_LINKS.inter_hop == TRAINIUM1.links.inter_node_hop_latency.base
+    assert small.inter_bandwidth < trn1.inter_bandwidth / 10
+    assert trn1.intra_hop == TRAINIUM1.links.intra_node_hop_latency_high.base
+    assert trn1.inter_hop == TRAINIUM1.links.inter_node_hop_latency.base
 
 
 # --- compile ---------------------------------------------------------------------------------------------

@@ -137,9 +137,10 @@ def test_torchrun_mlp_trains_on_two_cores_and_the_tools_show_it(daemon, short_tm
     accuracy = float(re.search(r"accuracy (\d\.\d+) world 2", text).group(1))  # type: ignore[union-attr]
     assert accuracy > 0.5  # 10 classes: chance is 0.1
     assert wait_until(lambda: daemon.processes() == [], 5)
-    # the gradient all-reduces of both ranks were counted on the links, with their modelled time
+    # the gradient all-reduces of both ranks were counted with their modelled time; the two cores
+    # of a trn1.2xlarge share one chip, so their ring put no byte on a NeuronLink (docs/collectives.md)
     link = daemon.client.get("/snapshot")["retired"]["collectives"]["neuronlink"]
-    assert link["bytes"] > 0 and link["operations"] > 0 and link["seconds"] > 0
+    assert link["seconds"] > 0 and link["bytes"] == 0
 
 
 def test_xmp_spawn_starts_one_process_per_core(daemon) -> None:

@@ -1,4 +1,4 @@
-"""Collectives of concrete NeuronCore groups on the Trn1 torus (emulator/costmodel/topology.py)."""
+"""Collectives of concrete NeuronCore groups on the Trn1 torus (emulator/costmodel/topology.py, torus.py)."""
 
 from __future__ import annotations
 
@@ -9,20 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator.capture.ops import CollectiveRecord
-from emulator.costmodel.collectives import cost_collective, links_for, steps_and_factor
-from emulator.costmodel.topology import (
-    KINDS,
-    LINK_TYPES,
-    GroupCollectiveCost,
-    core_place,
-    cost_group_collective,
-    efa_bandwidth,
-    neuronlink_bandwidth,
-    ring_order,
-    torus_hops,
-    torus_route,
-)
+from emulator.costmodel.collectives import KINDS, efa_bandwidth, links_for, steps_and_factor
+from emulator.costmodel.topology import LINK_TYPES, GroupCollectiveCost, cost_group_collective, neuronlink_bandwidth
+from emulator.costmodel.torus import core_place, ring_order, torus_hops, torus_route
 from emulator.hardware.instance_types import TRN1_2XLARGE, TRN1_32XLARGE, TRN1N_32XLARGE, torus_neighbours
 from emulator.hardware.neuroncore_v2 import (
     ALLGATHER_32RANK_FP32,
@@ -39,6 +28,20 @@ H = LINKS.intra_hop
 TP8 = [list(range(8 * i, 8 * i + 8)) for i in range(4)]  # Megatron TP8 x DP4: contiguous
 DP4 = [list(range(i, 32, 8)) for i in range(8)]  # ... and strided
 STRIDED8 = [list(range(i, 32, 4)) for i in range(4)]  # 8 cores spread over 8 chips, every other column
+
+
+def ring_formula(kind: str, nbytes: int, n: int, nodes: int = 1) -> float:
+    """docs/collectives.md's closed form of a ring whose edges are all on-chip, one hop or EFA."""
+    steps, factor = steps_and_factor(kind, n)
+    intra = max(LINKS.intra_floor, LINKS.intra_floor + (steps - LINKS.intra_floor_steps) * H)
+    if nodes == 1:
+        return intra + factor * nbytes / LINKS.intra_bandwidth
+    inter = (
+        LINKS.inter_floor
+        + (steps - LINKS.inter_floor_steps) * H
+        + 2 * (nodes - LINKS.inter_floor_nodes) * LINKS.inter_hop
+    )
+    return max(intra, inter) + factor * nbytes / LINKS.inter_bandwidth
 
 
 def chips_of(ring: tuple[int, ...]) -> list[int]:
@@ -105,14 +108,14 @@ def test_ring_order_spanning_nodes_joins_node_paths_by_efa() -> None:
     assert cost.edge_links.count("efa") == 2 and cost.nodes == 2 and cost.hops == 1
 
 
-# --- agreement with cost_collective ----------------------------------------------------------------------
+# --- agreement with the closed form -----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("series", [ALLREDUCE_2RANK_FP32, ALLREDUCE_2RANK_UINT8], ids=lambda s: s.name)
-def test_two_cores_of_one_chip_reproduce_cost_collective_exactly(series) -> None:
+def test_two_cores_of_one_chip_follow_the_closed_form_exactly(series) -> None:
     for size, _ in series.points:
         cost = cost_group_collective("all_reduce", size, (0, 1), I)
-        assert cost.seconds == pytest.approx(cost_collective(CollectiveRecord("all_reduce", size, 2)), rel=1e-12)
+        assert cost.seconds == pytest.approx(ring_formula("all_reduce", size, 2), rel=1e-12)
         assert cost.ring == (0, 1) and cost.hops == 0 and cost.edge_links == ("intra_chip", "intra_chip")
         assert cost.bandwidth == pytest.approx(LINKS.intra_bandwidth)
     assert cost_group_collective("all_reduce", 1024, (0, 1), I).seconds == pytest.approx(58e-6, rel=1e-3)
@@ -120,18 +123,18 @@ def test_two_cores_of_one_chip_reproduce_cost_collective_exactly(series) -> None
 
 
 @pytest.mark.parametrize("kind", [k for k in KINDS if k != "send"])
-def test_every_kind_agrees_with_cost_collective_on_one_hop_rings(kind: str) -> None:
+def test_every_kind_follows_the_closed_form_on_one_hop_rings(kind: str) -> None:
     for group in ((0, 1), (30, 31), range(8), range(32), DP4[3]):
         n = len(group)
         for size in (1024, 4 * MIB, 256 * MIB):
             ours = cost_group_collective(kind, size, group, I).seconds
-            assert ours == pytest.approx(cost_collective(CollectiveRecord(kind, size, n)), rel=1e-12), (group, size)
+            assert ours == pytest.approx(ring_formula(kind, size, n), rel=1e-12), (group, size)
 
 
 def test_64_cores_on_2_nodes_match_the_64_rank_figure() -> None:
     for size, us in ALLREDUCE_64RANK_FP32.points:
         cost = cost_group_collective("all_reduce", size, range(64), I, nodes=2)
-        reference = cost_collective(CollectiveRecord("all_reduce", size, 64, nodes=2))
+        reference = ring_formula("all_reduce", size, 64, nodes=2)
         assert cost.seconds == pytest.approx(reference, rel=0.03)
         if size >= MIB:
             assert 1 / 1.5 <= cost.seconds / (us * 1e-6) <= 1.5
@@ -250,16 +253,16 @@ def test_broadcast_is_a_chain_from_the_root() -> None:
     assert cost.ring == (16, 24, 0, 8)  # the column ring, from the root
     assert len(cost.edge_links) == 3  # the edge back to the root carries nothing
     assert cost.link_bytes["neuronlink"] == size  # each sender forwards the whole message
-    assert cost.seconds == pytest.approx(cost_collective(CollectiveRecord("broadcast", size, 4)))
+    assert cost.seconds == pytest.approx(ring_formula("broadcast", size, 4))
 
 
 def test_trn1_2xlarge_is_one_chip() -> None:
     cost = cost_group_collective("all_reduce", 16 * MIB, (0, 1), TRN1_2XLARGE)
-    assert cost.seconds == pytest.approx(cost_collective(CollectiveRecord("all_reduce", 16 * MIB, 2)))
+    assert cost.seconds == pytest.approx(ring_formula("all_reduce", 16 * MIB, 2))
     assert cost.edge_links == ("intra_chip", "intra_chip") and neuronlink_bandwidth(TRN1_2XLARGE) == 0
     assert ring_order(TRN1_2XLARGE, (1, 0)) == (0, 1)
     with pytest.raises(ValueError, match="NeuronCore 2 out of range 0-1"):
-        cost_group_collective("all_reduce", 1, (0, 2), TRN1_2XLARGE)
+        cost_group_collective("all_reduce", 1, (0, 2), TRN1_2XLARGE, nodes=1)
     two = cost_group_collective("all_reduce", 16 * MIB, range(4), TRN1_2XLARGE, nodes=2)
     assert (
         two.nodes == 2
@@ -286,7 +289,7 @@ def test_kind_aliases_and_defaults() -> None:
 @pytest.mark.parametrize(
     ("args", "kwargs", "message"),
     [
-        (("all_reduce", 1, (0, 32), I), {}, r"NeuronCore 32 out of range 0-31 \(1 trn1.32xlarge node\)"),
+        (("all_reduce", 1, (0, 32), I), {"nodes": 1}, r"NeuronCore 32 out of range 0-31 \(1 trn1.32xlarge node\)"),
         (("all_reduce", 1, (0, -1), I), {}, "NeuronCore -1 out of range"),
         (("all_reduce", 1, (0, 64), I), {"nodes": 2}, "NeuronCore 64 out of range 0-63"),
         (("all_reduce", 1, (3, 4, 3), I), {}, "lists NeuronCore 3 twice"),

@@ -42,9 +42,9 @@ class OpRecord:
 
 @dataclass(frozen=True)
 class CollectiveRecord:
-    """A collective the step performs (gradient all-reduce in data parallel)."""
+    """A collective the step performs, on the NeuronCores of its replica group (docs/collectives.md)."""
 
-    kind: str  # "all_reduce", "all_gather", "reduce_scatter", "broadcast"
-    nbytes: int  # payload per rank
-    ranks: int  # participants
-    nodes: int = 1  # instances spanned (1 = NeuronLink only)
+    kind: str  # "all_reduce", "all_gather", "reduce_scatter", "broadcast", "send"
+    nbytes: int  # as nccom-test sizes it: all-reduce, broadcast, send the buffer; all-gather the output
+    cores: tuple[int, ...]  # the group's global NeuronCore ids (node * cores per node + core), group order
+    concurrent: tuple[tuple[int, ...], ...] = ()  # the other groups doing the same collective at the same time

@@ -4,11 +4,12 @@ Every collective a script asks for — ``xm.all_reduce``, a ``torch.distributed`
 ``xla`` process group, a neuronx-distributed tensor-parallel layer — ends here. The values move
 between the processes through gloo (PyTorch's CPU collectives library), on host tensors over the
 device tensors' memory: no device op is recorded for the data movement. Instead the collective is
-recorded for the step (:func:`record`): at ``mark_step`` the cost model prices it on the
-instance's NeuronLink ring (or EFA, for a group spanning instances) and the daemon counts its
-bytes per link (docs/collectives.md). Sizes follow nccom-test: all-reduce and broadcast the
-buffer, all-gather the gathered output, reduce-scatter the input; a point-to-point send is
-costed as a broadcast between two ranks (one transfer of the message).
+recorded for the step (:func:`record`) with its group's global ranks: the ranks' NeuronCores
+are exchanged through the job's store (``emulator/runtime/placement.py``), and at ``mark_step``
+the one collective model prices it on those cores' ring — NeuronLink, or EFA for a group spanning
+instances — as it prices a replayed plan's (docs/collectives.md); the daemon counts its bytes
+per link. Sizes follow nccom-test: all-reduce and broadcast the buffer, all-gather the gathered
+output, reduce-scatter the input; a point-to-point send is one transfer of the message.
 
 Groups here are private to the emulator (like the PJRT runtime's own communicators under
 torch_xla): each is a gloo group over the job's store — torchrun's agent store, or the one
@@ -28,10 +29,10 @@ import torch
 import torch.distributed as dist
 
 from emulator.capture import native
-from emulator.capture.ops import CollectiveRecord
 from emulator.compat import world
 from emulator.runtime.collectives import collective_error, collective_timeout
 from emulator.runtime.errors import NeuronRuntimeError
+from emulator.runtime.placement import this_process
 
 # torch_xla's reduce types (xm.REDUCE_SUM, ...) and their gloo reductions
 REDUCE_OPS: dict[str, Any] = {
@@ -65,17 +66,19 @@ def nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def record(kind: str, size: int, ranks: Sequence[int]) -> None:
-    """Count the collective in this process's step (nothing when it has no device yet)."""
+def record(kind: str, size: int, ranks: Sequence[int], concurrent: Sequence[Sequence[int]] = ()) -> None:
+    """Count the collective of global ``ranks`` in this process's step (``concurrent``: the other
+    groups doing it at the same time). A process without a device yet counts nothing, but says
+    so to its peers, which wait for each member's core (emulator/runtime/placement.py)."""
     if len(ranks) < 2:
         return
     from emulator.xla import active_runtime
 
     runtime = active_runtime()
     if runtime is not None:
-        runtime.record_collective(
-            CollectiveRecord(kind=kind, nbytes=size, ranks=len(ranks), nodes=world.nodes_spanned(ranks))
-        )
+        runtime.record_collective(kind, size, job_store(), ranks, concurrent)
+    else:
+        this_process().publish(job_store(), world.global_rank(), None)
 
 
 def wait(work: dist.Work, what: str) -> None:
@@ -88,13 +91,21 @@ def wait(work: dist.Work, what: str) -> None:
 
 # -- groups --------------------------------------------------------------------------------------
 class Group:
-    """Global ``ranks`` talking over one gloo group; this process is ``ranks[index]``."""
+    """Global ``ranks`` talking over one gloo group; this process is ``ranks[index]``. ``siblings``
+    are the other groups of its family (replica groups) that run the same collectives at the same
+    time: they share the links with it (docs/collectives.md)."""
 
-    def __init__(self, ranks: tuple[int, ...], backend: Any, index: int) -> None:
+    def __init__(
+        self, ranks: tuple[int, ...], backend: Any, index: int, siblings: tuple[tuple[int, ...], ...] = ()
+    ) -> None:
         self.ranks = ranks
         # a dist.ProcessGroupGloo, typed Any: torch's stubs do not declare a Backend's collectives
         self.backend = backend  # None: a group of one rank
         self.index = index
+        self.siblings = siblings
+
+    def _record(self, kind: str, size: int) -> None:
+        record(kind, size, self.ranks, self.siblings)
 
     @property
     def size(self) -> int:
@@ -122,7 +133,7 @@ class Group:
             h = self.in_place(t, lambda bufs: self.backend.allreduce(bufs, opts), "an all-reduce")
             if scale != 1.0:
                 h.mul_(scale)
-        record("all_reduce", sum(nbytes(t) for t in tensors), self.ranks)
+        self._record("all_reduce", sum(nbytes(t) for t in tensors))
 
     def all_reduce(self, t: torch.Tensor, op: str = "sum", scale: float = 1.0) -> torch.Tensor:
         """A new tensor: ``t`` reduced over the group (``t`` is left as it was)."""
@@ -141,7 +152,7 @@ class Group:
         else:
             src = host(t).contiguous()
             self._wait(self.backend.allgather([list(h.unbind(0))], [src]), "an all-gather")
-        record("all_gather", nbytes(stacked), self.ranks)
+        self._record("all_gather", nbytes(stacked))
         dim = dim % max(t.dim(), 1)
         if dim == 0:
             return stacked.reshape(n * t.shape[0], *t.shape[1:]) if t.dim() else stacked
@@ -166,7 +177,7 @@ class Group:
         host(out).copy_(part)
         if scale != 1.0:
             host(out).mul_(scale)
-        record("reduce_scatter", nbytes(t), self.ranks)
+        self._record("reduce_scatter", nbytes(t))
         return out
 
     def broadcast_(self, tensors: Sequence[torch.Tensor], root_index: int = 0) -> None:
@@ -174,7 +185,7 @@ class Group:
         opts.rootRank = root_index
         for t in tensors:
             self.in_place(t, lambda bufs: self.backend.broadcast(bufs, opts), "a broadcast")
-        record("broadcast", sum(nbytes(t) for t in tensors), self.ranks)
+        self._record("broadcast", sum(nbytes(t) for t in tensors))
 
     def gather_objects(self, obj: object) -> list[object]:
         """Every rank's ``obj`` (picklable), in group order: a host exchange, not a device collective."""
@@ -196,7 +207,8 @@ class Group:
 
 
 _lock = threading.Lock()
-_groups: dict[tuple[int, tuple[int, ...]], Group] = {}
+_backends: dict[tuple[int, tuple[int, ...]], Any] = {}
+_groups: dict[tuple[int, tuple[int, ...], tuple[tuple[int, ...], ...]], Group] = {}
 _store: list[dist.Store] = []
 
 
@@ -222,37 +234,48 @@ def job_store() -> dist.Store:
     return store
 
 
-def group(ranks: Sequence[int] | None = None) -> Group:
+def _backend(members: tuple[int, ...], me: int) -> Any:
+    """The gloo group of ``members`` (None for one rank), made once per process; call under ``_lock``."""
+    key = (os.getpid(), members)  # a forked child makes its own
+    if key not in _backends:
+        backend = None
+        if len(members) > 1:
+            prefix = "neuron-emulator/group/" + ",".join(map(str, members)) + "/"
+            backend = dist.ProcessGroupGloo(
+                dist.PrefixStore(prefix, job_store()),
+                members.index(me),
+                len(members),
+                datetime.timedelta(seconds=collective_timeout()),
+            )
+        _backends[key] = backend
+    return _backends[key]
+
+
+def group(ranks: Sequence[int] | None = None, siblings: Sequence[Sequence[int]] = ()) -> Group:
     """This process's group among global ``ranks`` (every rank of the job when None). Every member
-    must ask for the same group (as with torch_xla's replica groups): it is made on first use."""
+    must ask for the same group (as with torch_xla's replica groups): it is made on first use.
+    ``siblings``: the groups running the same collectives at the same time (``ranks`` among them or not)."""
     members = tuple(range(world.world_size())) if ranks is None else tuple(int(r) for r in ranks)
     me = world.global_rank()
     if me not in members:
         raise ValueError(f"rank {me} is not in the group {list(members)}")
-    key = (os.getpid(), members)  # a forked child makes its own
+    others = tuple(g for g in (tuple(int(r) for r in s) for s in siblings) if sorted(g) != sorted(members))
+    key = (os.getpid(), members, others)
     with _lock:
         found = _groups.get(key)
         if found is None:
-            backend = None
-            if len(members) > 1:
-                prefix = "neuron-emulator/group/" + ",".join(map(str, members)) + "/"
-                backend = dist.ProcessGroupGloo(
-                    dist.PrefixStore(prefix, job_store()),
-                    members.index(me),
-                    len(members),
-                    datetime.timedelta(seconds=collective_timeout()),
-                )
-            found = _groups[key] = Group(members, backend, members.index(me))
+            found = _groups[key] = Group(members, _backend(members, me), members.index(me), others)
     return found
 
 
 def group_among(replica_groups: Sequence[Sequence[int]] | None) -> Group:
     """This rank's group among torch_xla-style replica groups (``[[0, 1], [2, 3]]``; None or
-    ``[]``: every rank). Each group is made by its members only."""
+    ``[]``: every rank); the others run the same collective alongside it. Each group is made by its
+    members only."""
     if not replica_groups:
         return group(None)
     me = world.global_rank()
     mine = [g for g in replica_groups if me in g]
     if len(mine) != 1:
         raise ValueError(f"rank {me} must be in exactly one of the replica groups {[list(g) for g in replica_groups]}")
-    return group(mine[0])
+    return group(mine[0], replica_groups)

@@ -152,9 +152,9 @@ class ProcessGroupXla(ProcessGroup):
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> dist.Work:
         bufs, _ = self._hosts(tensors)
         self._wait(self._gloo.send(bufs, dst, tag), "a send")
-        # a point-to-point transfer is costed as a broadcast between the two ranks
+        # one transfer of the message, from this rank's core to dst's
         collectives.record(
-            "broadcast", sum(collectives.nbytes(t) for t in tensors), (self._ranks[self.rank()], self._ranks[dst])
+            "send", sum(collectives.nbytes(t) for t in tensors), (self._ranks[self.rank()], self._ranks[dst])
         )
         return _done()
 

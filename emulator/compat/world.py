@@ -3,14 +3,13 @@
 Ranks and sizes come from the environment torchrun sets (``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``), which ``xmp.spawn`` sets for its children too
 (:mod:`emulator.compat.spawn`). A plain ``python train.py`` is rank 0 of a world of one.
-torchrun numbers ranks node by node, so a rank's node is ``rank // LOCAL_WORLD_SIZE``: that is
-how a collective's group is found to span instances (its inter-node part is costed on EFA).
+torchrun numbers ranks node by node, so a rank's node is ``rank // LOCAL_WORLD_SIZE``
+(:func:`emulator.runtime.placement.node_of`, which places each rank's NeuronCore for the collectives).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 
 
 def _env_int(name: str, default: int) -> int:
@@ -32,9 +31,3 @@ def local_rank() -> int:
 
 def local_world_size() -> int:
     return max(1, _env_int("LOCAL_WORLD_SIZE", world_size()))
-
-
-def nodes_spanned(ranks: Iterable[int]) -> int:
-    """How many instances the global ``ranks`` live on."""
-    per_node = local_world_size()
-    return max(1, len({r // per_node for r in ranks}))

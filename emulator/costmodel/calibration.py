@@ -9,7 +9,7 @@ NeuronCore (forward, backward, gradient accumulation; the optimizer step and the
 separately), runs it through the cost model and compares the throughput with the row. Nothing
 here is tuned to the rows: the op lists follow the public model code (HF ``BertForPreTraining``,
 Megatron-LM GPT with tensor parallelism), the costs come from ``ops.py`` / ``graph.py`` /
-``collectives.py``.
+``topology.py``.
 
 Assumptions (stated, not fitted): no activation recomputation; dropout everywhere the reference
 models have it; BERT's MLM head scores all tokens (HF semantics); Megatron pads the vocabulary to a
@@ -23,10 +23,11 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from emulator.capture.ops import CollectiveRecord, OpRecord, TensorMeta
-from emulator.costmodel.collectives import TRN1_32XLARGE_LINKS, CollectiveLinks, cost_collective
+from emulator.capture.ops import OpRecord, TensorMeta
 from emulator.costmodel.dtypes import CostOptions, dtype_itemsize
 from emulator.costmodel.graph import GraphCost, cost_graph
+from emulator.costmodel.topology import cost_group_collective
+from emulator.hardware.instance_types import TRN1_32XLARGE, InstanceType
 from emulator.hardware.neuroncore_v2 import NEURONCORE_V2, NeuronCoreV2Spec
 
 Shape = tuple[int, ...]
@@ -496,7 +497,7 @@ def _device_seconds(graph: GraphCost) -> float:
 def model_row(
     row: CalibrationRow,
     options: CostOptions,
-    links: CollectiveLinks = TRN1_32XLARGE_LINKS,
+    instance: InstanceType = TRN1_32XLARGE,
     *,
     core: NeuronCoreV2Spec = NEURONCORE_V2,
     device_time: Callable[[GraphCost], float] = _device_seconds,
@@ -504,18 +505,21 @@ def model_row(
     """Modelled throughput of a calibration row (sequences per second over the whole instance).
 
     ``core`` and ``device_time`` exist for sensitivity studies (e.g. ``lambda g: g.serial_seconds``
-    for "no engine overlap"); the defaults are the model.
+    for "no engine overlap"); the defaults are the model. The collectives are costed on the cores
+    of the first Megatron groups: tensor-parallel ``0 .. TP-1``, data-parallel every ``TP``-th core
+    (one group at a time: the analytic step does not model the other groups' traffic).
     """
     c = row.config
     first, rest = micro_step_ops(c, accumulate=False), micro_step_ops(c)
     first_cost, rest_cost = cost_graph(first.ops, options, core), cost_graph(rest.ops, options, core)
     opt_cost = cost_graph(optimizer_ops(c), options, core)
     item = dtype_itemsize("float32", options)
+    tp_group, dp_group = range(c.tp), range(0, c.tp * row.dp, c.tp)
     tp = sum(
-        cost_collective(CollectiveRecord("all_reduce", round(n * item), c.tp), links) for n in first.tp_collectives
+        cost_group_collective("all_reduce", round(n * item), tp_group, instance).seconds for n in first.tp_collectives
     )
     grad_bytes = round(sum(math.prod(s) for s in parameter_shapes(c)) * item)
-    dp = cost_collective(CollectiveRecord("all_reduce", grad_bytes, row.dp), links)
+    dp = cost_group_collective("all_reduce", grad_bytes, dp_group, instance).seconds
     accum = row.grad_accum
     step = device_time(first_cost) + (accum - 1) * device_time(rest_cost) + accum * tp
     step += device_time(opt_cost) + dp

@@ -1,4 +1,9 @@
-"""Collective time on NeuronLink (inside an instance) and EFA (across instances).
+"""The calibrated links of collectives: NeuronLink inside an instance, EFA across instances.
+
+Every collective is costed by :func:`~emulator.costmodel.topology.cost_group_collective` on the
+concrete NeuronCores of its replica group (docs/collectives.md); this module holds what that
+model is built from: the collective kinds, their ring steps and bytes factor, and the
+latency-bandwidth parameters (:class:`CollectiveLinks`) derived from the catalog's nccom-test series.
 
 Ring algorithms (latency-bandwidth model)::
 
@@ -29,7 +34,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from emulator.capture.ops import CollectiveRecord
 from emulator.hardware.instance_types import TRN1_32XLARGE, InstanceType
 from emulator.hardware.neuroncore_v2 import (
     ALLREDUCE_2RANK_FP32,
@@ -39,16 +43,14 @@ from emulator.hardware.neuroncore_v2 import (
 )
 
 _SMALL_MESSAGE = 64 * 2**10
-_KINDS = {
-    "all_reduce": "all_reduce",
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send")
+_ALIASES = {
     "allreduce": "all_reduce",
-    "all_gather": "all_gather",
     "allgather": "all_gather",
-    "reduce_scatter": "reduce_scatter",
     "reducescatter": "reduce_scatter",
-    "all_to_all": "all_to_all",
     "alltoall": "all_to_all",
-    "broadcast": "broadcast",
+    "p2p": "send",
+    "send_recv": "send",
 }
 
 
@@ -68,14 +70,24 @@ class CollectiveLinks:
     inter_hop: float
 
 
+def collective_kind(kind: str) -> str:
+    """The canonical name of a collective kind (``all-reduce``, ``allreduce`` -> ``all_reduce``)."""
+    key = kind.lower().replace("-", "_").replace(" ", "_") if isinstance(kind, str) else ""
+    key = _ALIASES.get(key, key)
+    if key not in KINDS:
+        raise ValueError(f"unknown collective {kind!r}; known: {', '.join(KINDS)}")
+    return key
+
+
 def steps_and_factor(kind: str, ranks: int) -> tuple[int, float]:
-    """Ring steps and bytes factor of a collective kind (``all_reduce``, ``all-gather`` ...)."""
-    key = _KINDS.get(kind.lower().replace("-", "_").replace(" ", "_"))
-    if key is None:
-        raise ValueError(f"unknown collective {kind!r}; known: {', '.join(sorted(set(_KINDS.values())))}")
+    """Ring steps and bytes factor of a collective kind (``all_reduce``, ``all-gather`` ...);
+    a ``send`` is one step carrying the message once."""
+    key = collective_kind(kind)
     n = ranks
     if key == "all_reduce":
         return 2 * (n - 1), 2 * (n - 1) / n
+    if key == "send":
+        return 1, 1.0
     if key == "broadcast":
         return n - 1, 1.0
     return n - 1, (n - 1) / n
@@ -93,7 +105,8 @@ def bus_bandwidth(series: CollectiveCalibration) -> float:
     return factor * size / (us * 1e-6 - latency_floor(series))
 
 
-def _network_bandwidth(instance: InstanceType) -> float:
+def efa_bandwidth(instance: InstanceType) -> float:
+    """Bytes/s one instance sends (and receives) over its network: 800 Gbps = 100 GB/s on trn1.32xlarge."""
     return (instance.efa_bandwidth or instance.network_bandwidth).base
 
 
@@ -101,7 +114,7 @@ def links_for(instance: InstanceType) -> CollectiveLinks:
     """Collective parameters of an instance type, derived from the catalog's nccom-test series."""
     intra_bw = bus_bandwidth(ALLREDUCE_2RANK_FP32)
     inter_bw = bus_bandwidth(ALLREDUCE_64RANK_FP32)
-    inter_bw *= _network_bandwidth(instance) / _network_bandwidth(TRN1_32XLARGE)
+    inter_bw *= efa_bandwidth(instance) / efa_bandwidth(TRN1_32XLARGE)
     links = TRAINIUM1.links
     return CollectiveLinks(
         name=instance.name,
@@ -115,24 +128,3 @@ def links_for(instance: InstanceType) -> CollectiveLinks:
         inter_bandwidth=min(inter_bw, intra_bw),
         inter_hop=links.inter_node_hop_latency.base,
     )
-
-
-TRN1_32XLARGE_LINKS = links_for(TRN1_32XLARGE)
-
-
-def cost_collective(record: CollectiveRecord, links: CollectiveLinks = TRN1_32XLARGE_LINKS) -> float:
-    """Seconds one collective takes (0 for a single rank)."""
-    if record.ranks < 1 or record.nbytes < 0 or record.nodes < 1:
-        raise ValueError(f"invalid collective {record!r}")
-    steps, factor = steps_and_factor(record.kind, record.ranks)
-    if record.ranks == 1:
-        return 0.0
-    intra_latency = max(links.intra_floor, links.intra_floor + (steps - links.intra_floor_steps) * links.intra_hop)
-    if record.nodes <= 1:
-        return intra_latency + factor * record.nbytes / links.intra_bandwidth
-    latency = (
-        links.inter_floor
-        + (steps - links.inter_floor_steps) * links.intra_hop
-        + 2 * (record.nodes - links.inter_floor_nodes) * links.inter_hop
-    )
-    return max(intra_latency, latency) + factor * record.nbytes / links.inter_bandwidth

@@ -1,61 +1,53 @@
-"""Collectives of a replica group of concrete NeuronCores, costed on the instance's real links.
+"""Every collective's cost: a replica group of concrete NeuronCores, on the instance's real links.
 
-:func:`~emulator.costmodel.collectives.cost_collective` knows only how many ranks take part;
-this module knows *which* cores, so the links a placement uses decide the cost (docs/collectives.md).
+The one collective model (docs/collectives.md): a replayed plan's collectives (``emulator/parallel``),
+a real gloo collective of a script under ``neuron-emulator exec`` (``emulator/compat``) and a
+built-in workload's gradient all-reduce (``emulator/runtime/executor.py``) all come here with the
+global NeuronCore ids of their group (:mod:`emulator.costmodel.torus` numbers them and orders the
+ring), so the same collective on the same cores costs the same whatever launched it.
 
-Topology (docs/collectives.md §1): trn1.32xlarge / trn1n.32xlarge hold 16 Trainium chips on a 4x4
-2-D torus with wrap-around (chip ``d`` at row ``d // 4``, column ``d % 4``, four NeuronLink-v2
-neighbours, :func:`~emulator.hardware.instance_types.torus_neighbours`); chip ``d`` owns
-NeuronCores ``2d`` and ``2d + 1``. trn1.2xlarge is one chip, no NeuronLink. Across instances
-("nodes") a core is numbered globally: core ``c`` is core ``c % 32`` of node ``c // 32`` (the
-rank layout of ``emulator/parallel/plan.py``).
-
-Model, per ring (the group's cores in :func:`ring_order`)::
+Model, per ring (the group's cores in :func:`~emulator.costmodel.torus.ring_order`)::
 
     ring edge        intra_chip (same chip) | neuronlink (torus route, dimension order) | efa (other node)
     latency          L(s, N) + extra * h_intra           extra = torus hops beyond 1 on the critical path
-    L(s, 1)          max(L_2, L_2 + (s - 2) * h_intra)                      as cost_collective
-    L(s, N >= 2)     max(L(s, 1), L_64 + (s - 126) * h_intra + 2 (N - 2) h_inter)   as cost_collective
+    L(s, 1)          max(L_2, L_2 + (s - 2) * h_intra)
+    L(s, N >= 2)     max(L(s, 1), L_64 + (s - 126) * h_intra + 2 (N - 2) h_inter)
     bandwidth        max-min fair share: each ring at most bw_intra (one node) or bw_inter (several),
                      each directed NeuronLink at most 96 GB/s (trn1) summed over the ring edges routed
                      through it, each node's EFA egress / ingress at most the instance network bandwidth
     seconds          latency + f * B / bandwidth
 
-``s`` and ``f`` are the ring steps and bytes factor of collectives.py (all-reduce ``2(n-1)``,
-``2(n-1)/n``; all-gather, reduce-scatter, all-to-all ``n-1``, ``(n-1)/n``; broadcast ``n-1``, 1).
-``send`` is one message from ``group[0]`` to ``group[1]``: latency ``L_2`` plus its extra torus
-hops (``+ h_inter`` when it crosses nodes), bytes ``B``.
-
-So a group of two cores of one chip reproduces ``cost_collective`` exactly, and so does a
-one-node group whose ring edges are all one hop (the Megatron layouts) or a 64-core 2-node group.
-Pure functions, torch-free.
+``s``, ``f`` and the link parameters (``L_2``, ``L_64``, ``h``, ``bw``) are those of
+:mod:`emulator.costmodel.collectives` (all-reduce ``2(n-1)``, ``2(n-1)/n``; all-gather,
+reduce-scatter, all-to-all ``n-1``, ``(n-1)/n``; broadcast ``n-1``, 1). ``send`` is one message
+from ``group[0]`` to ``group[1]``: latency ``L_2`` plus its extra torus hops (``+ h_inter`` when it
+crosses nodes), bytes ``B``. A group of two cores of one chip reproduces the 2-rank nccom-test
+series; a 64-core 2-node group the 64-rank one. Pure functions, torch-free.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import lru_cache
 from types import MappingProxyType
-from typing import SupportsIndex
 
-from emulator.costmodel.collectives import CollectiveLinks, links_for, steps_and_factor
-from emulator.hardware.instance_types import TORUS_COLS, TORUS_ROWS, InstanceType
+from emulator.costmodel.collectives import CollectiveLinks, collective_kind, efa_bandwidth, links_for, steps_and_factor
+from emulator.costmodel.torus import (
+    cached_ring_order,
+    check_group,
+    check_nodes,
+    core_place,
+    edge_list,
+    nodes_needed,
+    require_links,
+    route_links,
+)
+from emulator.hardware.instance_types import InstanceType
 
 LINK_TYPES = ("intra_chip", "neuronlink", "efa")
-KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send")
-_ALIASES = {
-    "allreduce": "all_reduce",
-    "allgather": "all_gather",
-    "reducescatter": "reduce_scatter",
-    "alltoall": "all_to_all",
-    "p2p": "send",
-    "send_recv": "send",
-}
-_EXACT_TOUR_CHIPS = 8  # tours of up to this many chips are searched exhaustively (7!/2 = 2,520 tours)
 
 
 @dataclass(frozen=True)
@@ -73,250 +65,7 @@ class GroupCollectiveCost:
     nodes: int = 1  # instances the group spans
 
 
-# --- topology -------------------------------------------------------------------------------------------
-
-
-def _check_core(instance: InstanceType, core: object, nodes: int) -> int:
-    if isinstance(core, bool) or not isinstance(core, SupportsIndex):
-        raise ValueError(f"NeuronCore {core!r} is not an integer")
-    try:
-        c = operator.index(core)
-    except TypeError:
-        raise ValueError(f"NeuronCore {core!r} is not an integer") from None
-    total = instance.core_count * nodes
-    if not 0 <= c < total:
-        raise ValueError(
-            f"NeuronCore {c} out of range 0-{total - 1} ({nodes} {instance.name} node{'s' if nodes > 1 else ''})"
-        )
-    return c
-
-
-def _check_group(instance: InstanceType, cores: Sequence[int], nodes: int, what: str = "group") -> tuple[int, ...]:
-    if isinstance(cores, str | bytes):
-        raise ValueError(f"{what} must be a sequence of NeuronCore ids, got {cores!r}")
-    checked = tuple(_check_core(instance, c, nodes) for c in cores)
-    if not checked:
-        raise ValueError(f"{what} has no NeuronCores")
-    seen: set[int] = set()
-    for c in checked:
-        if c in seen:
-            raise ValueError(f"{what} lists NeuronCore {c} twice")
-        seen.add(c)
-    return checked
-
-
-def _check_nodes(nodes: int) -> int:
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise ValueError(f"nodes must be a positive integer, got {nodes!r}")
-    return nodes
-
-
-def core_place(instance: InstanceType, core: int) -> tuple[int, int]:
-    """``(node, chip)`` of a global NeuronCore id: core ``c`` is core ``c % core_count`` of node ``c // core_count``."""
-    node, local = divmod(core, instance.core_count)
-    return node, local // instance.cores_per_device
-
-
-def torus_hops(a: int, b: int, rows: int = TORUS_ROWS, cols: int = TORUS_COLS) -> int:
-    """Shortest number of NeuronLink hops between chips ``a`` and ``b`` of the wrap-around torus."""
-    (ra, ca), (rb, cb) = divmod(a, cols), divmod(b, cols)
-    dr, dc = abs(ra - rb), abs(ca - cb)
-    return min(dr, rows - dr) + min(dc, cols - dc)
-
-
-@cache
-def torus_route(a: int, b: int, rows: int = TORUS_ROWS, cols: int = TORUS_COLS) -> tuple[int, ...]:
-    """Chips a message visits from ``a`` to ``b`` (both included) on a shortest path.
-
-    Dimension order: first along the row (columns), then along the column (rows); a tie between
-    the two ways round (distance 2 on a ring of 4) goes the increasing way. An assumption: the
-    runtime's routing is not documented, only that any chip can reach every chip's HBM.
-    """
-    for chip in (a, b):
-        if not 0 <= chip < rows * cols:
-            raise ValueError(f"chip {chip} not on a {rows}x{cols} torus")
-    r, c = divmod(a, cols)
-    rb, cb = divmod(b, cols)
-    path = [a]
-    delta = (cb - c) % cols
-    step = 1 if delta <= cols // 2 else -1
-    while c != cb:
-        c = (c + step) % cols
-        path.append(r * cols + c)
-    delta = (rb - r) % rows
-    step = 1 if delta <= rows // 2 else -1
-    while r != rb:
-        r = (r + step) % rows
-        path.append(r * cols + c)
-    return tuple(path)
-
-
-def _route_links(a: int, b: int) -> tuple[tuple[int, int], ...]:
-    path = torus_route(a, b)
-    return tuple(itertools.pairwise(path))
-
-
-# --- ring order -----------------------------------------------------------------------------------------
-
-
-def _edge_list(tour: Sequence[int], cyclic: bool) -> list[tuple[int, int]]:
-    pairs = list(itertools.pairwise(tour))
-    if cyclic and len(tour) > 1:
-        pairs.append((tour[-1], tour[0]))
-    return pairs
-
-
-def _tour_score(tour: Sequence[int], cyclic: bool = True) -> tuple[int, int, int]:
-    """(most uses of one directed link by this tour alone, total hops, longest hop): smaller is better."""
-    load: dict[tuple[int, int], int] = {}
-    total = longest = 0
-    for a, b in _edge_list(tour, cyclic):
-        links = _route_links(a, b)
-        total += len(links)
-        longest = max(longest, len(links))
-        for link in links:
-            load[link] = load.get(link, 0) + 1
-    return (max(load.values(), default=0), total, longest)
-
-
-def _canonical(tour: Sequence[int]) -> tuple[int, ...]:
-    """Rotation starting at the smallest chip, in the direction whose second chip is smaller."""
-    i = tour.index(min(tour))
-    forward = tuple(tour[i:]) + tuple(tour[:i])
-    backward = (forward[0], *reversed(forward[1:]))
-    return min(forward, backward)
-
-
-def _snake(chips: Iterable[int], by_rows: bool) -> list[int]:
-    def key(chip: int) -> tuple[int, int]:
-        r, c = divmod(chip, TORUS_COLS)
-        major, minor = (r, c) if by_rows else (c, r)
-        return (major, minor if major % 2 == 0 else -minor)
-
-    return sorted(chips, key=key)
-
-
-def _nearest_neighbour(chips: Sequence[int], start: int) -> list[int]:
-    tour, left = [start], set(chips) - {start}
-    while left:
-        here = tour[-1]
-        nxt = min(left, key=lambda c: (torus_hops(here, c), c))
-        tour.append(nxt)
-        left.remove(nxt)
-    return tour
-
-
-def _improve(tour: list[int]) -> list[int]:
-    """2-opt (reverse a segment) and or-opt (move one chip) until neither helps."""
-    best, score = tour, _tour_score(tour)
-    improved = True
-    while improved:
-        improved = False
-        m = len(best)
-        for i, j in itertools.combinations(range(1, m), 2):
-            cand = best[:i] + best[i : j + 1][::-1] + best[j + 1 :]
-            s = _tour_score(cand)
-            if s < score:
-                best, score, improved = cand, s, True
-        for i, j in itertools.permutations(range(m), 2):
-            cand = best[:i] + best[i + 1 :]
-            cand.insert(j, best[i])
-            s = _tour_score(cand)
-            if s < score:
-                best, score, improved = cand, s, True
-    return best
-
-
-@lru_cache(maxsize=4096)
-def _chip_tour(chips: tuple[int, ...]) -> tuple[int, ...]:
-    """A short cyclic tour of torus chips: exhaustive up to 8 chips, else best of local searches.
-
-    Stops at the first tour that reaches the lower bound (every edge one hop, no link used twice).
-    Ties: the exhaustive search keeps the lexicographically first tour, the local search the first
-    of its starts (row snake, column snake, nearest neighbour from each chip).
-    """
-    m = len(chips)
-    if m <= 2:
-        return chips
-    bound = (1, m, 1)
-    if m <= _EXACT_TOUR_CHIPS:
-        first, rest = chips[0], chips[1:]
-        candidates: Iterable[tuple[int, ...]] = ((first, *p) for p in itertools.permutations(rest) if p[0] < p[-1])
-    else:
-        starts = [_snake(chips, True), _snake(chips, False)] + [_nearest_neighbour(chips, c) for c in chips]
-        candidates = (tuple(_improve(list(t))) for t in starts)
-    best: tuple[int, ...] = ()
-    best_score = (math.inf, math.inf, math.inf)
-    for tour in candidates:
-        score = _tour_score(tour)
-        if score < best_score:
-            best, best_score = tour, score
-            if score == bound:
-                break
-    return _canonical(best)
-
-
-def _path_from_tour(tour: tuple[int, ...]) -> tuple[int, ...]:
-    """Open the cyclic tour where the resulting path scores best (for a ring that leaves the node)."""
-    if len(tour) <= 1:
-        return tour
-    cuts = [tour[i:] + tour[:i] for i in range(len(tour))]
-    return min(cuts, key=lambda p: (_tour_score(p, cyclic=False), p))
-
-
-@lru_cache(maxsize=4096)
-def _ring_order(cores_per_node: int, cores_per_device: int, cores: tuple[int, ...]) -> tuple[int, ...]:
-    by_node: dict[int, dict[int, list[int]]] = {}
-    for core in cores:
-        node, local = divmod(core, cores_per_node)
-        by_node.setdefault(node, {}).setdefault(local // cores_per_device, []).append(core)
-    spans = len(by_node) > 1
-    ring: list[int] = []
-    for node in sorted(by_node):
-        chips = by_node[node]
-        tour = _chip_tour(tuple(sorted(chips)))
-        if spans:
-            tour = _path_from_tour(tour)
-        for chip in tour:
-            ring.extend(sorted(chips[chip]))
-    i = ring.index(min(ring))  # a cycle: list it from its smallest core
-    return tuple(ring[i:] + ring[:i])
-
-
-def ring_order(instance: InstanceType, cores: Sequence[int], nodes: int | None = None) -> tuple[int, ...]:
-    """The order in which a ring collective of ``cores`` visits them.
-
-    The cores of one chip are neighbours (their edge stays on the chip); the chips of one node
-    follow a short torus tour (fewest uses of one NeuronLink by the ring itself, then fewest hops,
-    then the shortest longest hop); a group spanning nodes visits the nodes in order, each as a
-    path, joined by EFA. Starts at the smallest core; independent of the order ``cores`` is given in.
-    ``nodes`` defaults to as many as the core ids need.
-    """
-    if nodes is None:
-        ids = [c for c in cores if isinstance(c, int) and not isinstance(c, bool)]
-        nodes = max(1, max(ids, default=0) // instance.core_count + 1)
-    group = _check_group(instance, cores, _check_nodes(nodes), "ring")
-    _require_links(instance, group)
-    return _ring_order(instance.core_count, instance.cores_per_device, tuple(sorted(group)))
-
-
-def _require_links(instance: InstanceType, group: Sequence[int]) -> None:
-    if instance.torus or instance.device_count == 1:
-        return
-    chips = {core_place(instance, c) for c in group}
-    if len({node for node, _ in chips}) < len(chips):
-        raise ValueError(f"{instance.name} has no NeuronLink between its devices")
-
-
 # --- cost ---------------------------------------------------------------------------------------------
-
-
-def _normalize_kind(kind: str) -> str:
-    key = kind.lower().replace("-", "_").replace(" ", "_") if isinstance(kind, str) else ""
-    key = _ALIASES.get(key, key)
-    if key not in KINDS:
-        raise ValueError(f"unknown collective {kind!r}; known: {', '.join(KINDS)}")
-    return key
 
 
 @dataclass(frozen=True)
@@ -338,14 +87,14 @@ def _flow(instance: InstanceType, kind: str, group: tuple[int, ...]) -> _Flow:
         edges: tuple[tuple[int, int], ...] = ((group[0], group[1]),)
         senders = 1
     else:
-        ring = _ring_order(instance.core_count, instance.cores_per_device, tuple(sorted(group)))
+        ring = cached_ring_order(instance.core_count, instance.cores_per_device, tuple(sorted(group)))
         if kind == "broadcast":  # pipelined chain from the root, group[0]; the edge back to it is idle
             i = ring.index(group[0])
             ring = ring[i:] + ring[:i]
-            edges = tuple(_edge_list(ring, cyclic=False))
+            edges = tuple(edge_list(ring, cyclic=False))
             senders = len(ring) - 1
         else:
-            edges = tuple(_edge_list(ring, cyclic=True)) if len(ring) > 1 else ()
+            edges = tuple(edge_list(ring, cyclic=True)) if len(ring) > 1 else ()
             senders = len(ring)
     types: list[str] = []
     hops: list[int] = []
@@ -361,7 +110,7 @@ def _flow(instance: InstanceType, kind: str, group: tuple[int, ...]) -> _Flow:
             types.append("intra_chip")
             hops.append(0)
         else:
-            links = _route_links(ca, cb)
+            links = route_links(ca, cb)
             types.append("neuronlink")
             hops.append(len(links))
             for x, y in links:
@@ -434,18 +183,13 @@ def neuronlink_bandwidth(instance: InstanceType) -> float:
     return instance.neuronlink_per_chip.base / instance.chip.links.neuronlink_ports.base
 
 
-def efa_bandwidth(instance: InstanceType) -> float:
-    """Bytes/s one instance sends (and receives) over its network: 800 Gbps = 100 GB/s on trn1.32xlarge."""
-    return (instance.efa_bandwidth or instance.network_bandwidth).base
-
-
 def cost_group_collective(
     kind: str,
     nbytes: int,
     group: Sequence[int],
     instance: InstanceType,
     concurrent: Sequence[Sequence[int]] = (),
-    nodes: int = 1,
+    nodes: int | None = None,
     links: CollectiveLinks | None = None,
 ) -> GroupCollectiveCost:
     """Time and link traffic of one collective run by the NeuronCores ``group`` (global core ids).
@@ -453,29 +197,32 @@ def cost_group_collective(
     ``nbytes`` is sized as nccom-test sizes it (all-reduce: the buffer; all-gather: the gathered
     output; reduce-scatter: the input; broadcast, send: the message). ``concurrent`` are the other
     groups running the same collective (same size) at the same time; a group equal to ``group`` is
-    skipped. ``links`` defaults to :func:`~emulator.costmodel.collectives.links_for` ``(instance)``.
+    skipped. ``nodes`` (the instances the core ids may number) defaults to as many as the ids
+    need; ``links`` to :func:`~emulator.costmodel.collectives.links_for` ``(instance)``.
     """
-    key = _normalize_kind(kind)
+    key = collective_kind(kind)
     try:
         size = operator.index(nbytes) if not isinstance(nbytes, bool) else -1
     except TypeError:
         size = -1
     if size < 0:
         raise ValueError(f"nbytes must be a non-negative integer, got {nbytes!r}")
-    nodes = _check_nodes(nodes)
-    members = _check_group(instance, group, nodes)
+    if nodes is None:
+        nodes = nodes_needed(instance, [c for g in (group, *concurrent) for c in g])
+    nodes = check_nodes(nodes)
+    members = check_group(instance, group, nodes)
     if key == "send" and len(members) != 2:
         raise ValueError(f"send needs exactly 2 NeuronCores (source, destination), got {len(members)}")
     others: list[tuple[int, ...]] = []
     for k, other in enumerate(concurrent):
-        checked = _check_group(instance, other, nodes, f"concurrent group {k}")
+        checked = check_group(instance, other, nodes, f"concurrent group {k}")
         if key == "send" and len(checked) != 2:
             raise ValueError(f"concurrent group {k}: a send needs exactly 2 NeuronCores, got {len(checked)}")
         same = checked == members if key == "send" else sorted(checked) == sorted(members)
         if not same:
             others.append(checked)
     for g in (members, *others):
-        _require_links(instance, g)
+        require_links(instance, g)
     return _cost(key, size, members, tuple(others), instance, links or links_for(instance))
 
 
@@ -493,10 +240,7 @@ def _cost(
     if n == 1:
         return GroupCollectiveCost(0.0, zero, members, 0, 0.0, nodes=1)
 
-    if key == "send":
-        steps, factor = 1, 1.0
-    else:
-        steps, factor = steps_and_factor(key, n)
+    steps, factor = steps_and_factor(key, n)
     flows = [_flow(instance, key, g) for g in (members, *others)]
     own = flows[0]
     caps = [links.intra_bandwidth if f.spans == 1 else links.inter_bandwidth for f in flows]

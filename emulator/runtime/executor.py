@@ -10,11 +10,10 @@ on a real device. NaN/Inf produced by the step (seen in the real values) make th
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,9 +26,10 @@ from emulator.capture.recorder import Recorder
 from emulator.costmodel import (
     CostOptions,
     GraphCost,
+    GroupCollectiveCost,
     compile_cost,
-    cost_collective,
     cost_graph,
+    cost_group_collective,
     links_for,
     options_from_env,
     runtime_model_code_overhead_bytes,
@@ -42,6 +42,7 @@ from emulator.runtime.compile_cache import CompileCache, LoadedModel, cache_sett
 from emulator.runtime.errors import NeuronRuntimeError
 from emulator.runtime.faults import NO_FAULTS, CoreFaults, failed_execution
 from emulator.runtime.memory import MemoryLedger
+from emulator.runtime.placement import Store, global_core, job_rank, node_of, this_process
 from neurontools.contract.schema import ENGINE_KEYS as ENGINES
 from neurontools.sources.daemon_client import DaemonError, DaemonUnavailable
 
@@ -91,6 +92,8 @@ class DeviceRuntime:
         inventory = session.client.get("/inventory")
         itype = get_instance_type(inventory["instance"]["instance_type"])
         per_device = itype.cores_per_device
+        # the core as the collective model numbers the job's cores (docs/collectives.md)
+        self.global_core = global_core(node_of(job_rank(env), env), self.core, itype.core_count)
         self.instance_type = itype
         self.options: CostOptions = options_from_env(env, auto_cast)
         self.links = links_for(itype)
@@ -151,9 +154,17 @@ class DeviceRuntime:
         self._cache_base = (self.cache.hits, self.cache.misses)
 
     # -- collectives -------------------------------------------------------------------------
-    def record_collective(self, record: CollectiveRecord) -> None:
-        """A collective done for this step (emulator.compat.collectives): costed at ``mark_step``."""
-        self._collectives.append(record)  # list.append is atomic; mark_step swaps the list
+    def record_collective(
+        self, kind: str, nbytes: int, store: Store, ranks: Sequence[int], concurrent: Sequence[Sequence[int]] = ()
+    ) -> None:
+        """A collective of the global ``ranks`` done for this step: costed at ``mark_step`` on the
+        ranks' NeuronCores, which ``store`` (the job's) tells (emulator/runtime/placement.py);
+        ``concurrent``: the other groups doing the same collective at the same time."""
+        placement = this_process()
+        placement.publish(store, job_rank(), self.global_core)
+        cores = placement.cores(store, ranks)
+        if len(cores) > 1:  # list.append is atomic; mark_step swaps the list
+            self._collectives.append(CollectiveRecord(kind, nbytes, cores, placement.groups(store, concurrent)))
 
     def all_reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Sum gradients across ranks (real gloo all-reduce of the values) and record its cost."""
@@ -175,9 +186,11 @@ class DeviceRuntime:
                         exc, "the gradient all-reduce", rank=dist.get_rank(), timeout=collective_timeout(self.env)
                     ) from None
                 inner.div_(world)
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        self._collectives.append(
-            CollectiveRecord(kind="all_reduce", nbytes=total, ranks=world, nodes=max(1, world // max(local, 1)))
+        self.record_collective("all_reduce", total, dist.distributed_c10d._get_default_store(), range(world))
+
+    def _cost(self, record: CollectiveRecord) -> GroupCollectiveCost:
+        return cost_group_collective(
+            record.kind, record.nbytes, record.cores, self.instance_type, record.concurrent, links=self.links
         )
 
     # -- execution ---------------------------------------------------------------------------
@@ -219,14 +232,15 @@ class DeviceRuntime:
         if graph is None:  # the same graph always costs the same: compute it once per graph
             ops = ops if ops is not None else captured.ops()
             graph = self._graph_costs[digest] = cost_graph(ops, self.options, self.instance_type.chip.core)
-        comm = sum(cost_collective(c, self.links) for c in collectives)
+        costs = [(c, self._cost(c)) for c in collectives]
+        comm = sum(cost.seconds for _, cost in costs)
         # a slow core takes `slow_factor` x the modelled time for all of it, collectives included
         device_seconds = (graph.device_seconds + comm) * faults.slow_factor
         outcome = faults.outcome(self._outcome(device_seconds))
 
         start = time.monotonic()
         total_latency = (start - called) + min(device_seconds, self.timeout)
-        self._report(model, graph, device_seconds, start, total_latency, outcome, collectives, cache_hit)
+        self._report(model, graph, device_seconds, start, total_latency, outcome, costs, cache_hit)
         _sleep_until(start + min(device_seconds, self.timeout))
         now = time.monotonic()
         result = StepResult(
@@ -332,7 +346,7 @@ class DeviceRuntime:
         start: float,
         total_latency: float,
         outcome: str,
-        collectives: list[CollectiveRecord],
+        collectives: list[tuple[CollectiveRecord, GroupCollectiveCost]],
         cache_hit: bool,
     ) -> None:
         body = {
@@ -352,12 +366,13 @@ class DeviceRuntime:
                 {
                     "kind": c.kind,
                     "bytes": c.nbytes,
-                    "ranks": c.ranks,
-                    "nodes": c.nodes,
+                    "ranks": len(c.cores),
+                    "nodes": cost.nodes,
                     # its modelled time, also inside device_seconds (neuron_collective_seconds_total)
-                    "seconds": cost_collective(c, self.links) * self.faults.slow_factor,
+                    "seconds": cost.seconds * self.faults.slow_factor,
+                    "link_bytes": dict(cost.link_bytes),  # what this core sent on each link type
                 }
-                for c in collectives
+                for c, cost in collectives
             ],
         }
         self._post(body)

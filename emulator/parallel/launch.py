@@ -33,8 +33,8 @@ from emulator.lifecycle import LAUNCHER_PID_ENV, Stopped, stop_on_signals
 from emulator.parallel.job import JobPlan
 from emulator.parallel.job_report import JobReporter
 from emulator.parallel.nodes import NodeTargets, single_node
-from emulator.parallel.plan import RankPlace
 from emulator.parallel.plan_file import JOB_ID_ENV, JOB_PLAN_ENV, RANKS_ENV, plan_document, write_plan
+from emulator.parallel.ranks import RankPlace
 from emulator.parallel.rendezvous import (
     JobAborted,
     LocalRendezvous,

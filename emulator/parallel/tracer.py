@@ -35,7 +35,8 @@ from emulator.capture.recorder import Recorder
 from emulator.costmodel import CostOptions, compile_cost, cost_graph, runtime_model_code_overhead_bytes
 from emulator.hardware.neuroncore_v2 import NeuronCoreV2Spec
 from emulator.parallel import comm
-from emulator.parallel.comm import CollectiveCall, ParallelState, RecordingCommunicator
+from emulator.parallel.comm import CollectiveCall, RecordingCommunicator
+from emulator.parallel.ranks import ParallelState
 from emulator.runtime.compile_cache import graph_hash
 from emulator.runtime.memory import MemoryLedger
 

@@ -1,4 +1,4 @@
-"""Test helper: tensor-parallel ranks as threads of one process, with a real all-reduce."""
+"""Test helper: tensor-parallel ranks as threads of one process, with real collectives."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from collections.abc import Callable
 
 import torch
 
-from emulator.parallel.comm import ParallelState
+from emulator.parallel.ranks import ParallelState, RankGrid
 
 
-class ThreadedAllReduce:
-    """A communicator for ``tp`` threads, one per rank: :attr:`state` is the calling thread's,
-    and an all-reduce returns the sum (or max) of the ranks' tensors. The other collectives are
-    refused: this test's layers do not use them."""
+class ThreadedCommunicator:
+    """A communicator for ``tp`` threads, one per rank: :attr:`state` is the calling thread's;
+    all-reduce, all-gather and reduce-scatter move the ranks' values for real (sends are refused:
+    these tests have no pipeline)."""
 
     def __init__(self, tp: int) -> None:
         self.tp = tp
@@ -24,25 +24,32 @@ class ThreadedAllReduce:
 
     @property
     def state(self) -> ParallelState:
-        return ParallelState(tp=self.tp, tp_rank=self._local.rank)
+        return RankGrid(tp=self.tp).state(self._local.rank)
 
-    def all_reduce(self, tensor: torch.Tensor, group: str, op: str) -> torch.Tensor:
-        assert group == "tp" and op in ("sum", "max"), (group, op)
+    def _exchange(self, tensor: torch.Tensor, group: str, kind: str) -> list[torch.Tensor]:
+        """Every rank's ``tensor``, in rank order (each rank calls it with its own)."""
+        assert group == "tp", group
         rank = self._local.rank
         self._slots[rank] = tensor.detach().clone()
         self._barrier.wait()
         slots = [t for t in self._slots if t is not None]
-        total = torch.stack(slots).amax(0) if op == "max" else sum(slots)
         self._barrier.wait()
         if rank == 0:
-            self.kinds.append("all_reduce")
-        return total.to(tensor.dtype)  # type: ignore[union-attr]
+            self.kinds.append(kind)
+        return slots
+
+    def all_reduce(self, tensor: torch.Tensor, group: str, op: str) -> torch.Tensor:
+        assert op in ("sum", "max"), op
+        slots = self._exchange(tensor, group, "all_reduce")
+        total = torch.stack(slots).amax(0) if op == "max" else torch.stack(slots).sum(0)
+        return total.to(tensor.dtype)
 
     def all_gather(self, tensor: torch.Tensor, dim: int, group: str) -> torch.Tensor:
-        raise AssertionError("all_gather is not used by this test")
+        return torch.cat(self._exchange(tensor, group, "all_gather"), dim)
 
     def reduce_scatter(self, tensor: torch.Tensor, dim: int, group: str) -> torch.Tensor:
-        raise AssertionError("reduce_scatter is not used by this test")
+        total = torch.stack(self._exchange(tensor, group, "reduce_scatter")).sum(0)
+        return total.chunk(self.tp, dim)[self._local.rank].contiguous()
 
     def send(self, tensor: torch.Tensor, group: str) -> None:
         raise AssertionError("send is not used by this test")

@@ -19,7 +19,8 @@ from torch.utils._python_dispatch import _pop_mode, _push_mode
 
 from emulator.capture import tensor as dt
 from emulator.capture.recorder import Recorder
-from emulator.parallel.comm import ParallelState, RecordingCommunicator, set_communicator
+from emulator.parallel.comm import RecordingCommunicator, set_communicator
+from emulator.parallel.ranks import RankGrid
 from emulator.workloads.models.gpt import GPT, GPTConfig
 from emulator.workloads.models.transformer import StageModule, TransformerLayer
 from emulator.workloads.models.zoo import (
@@ -33,7 +34,7 @@ from emulator.workloads.models.zoo import (
     tokens_per_sample,
     validate,
 )
-from tests.parallel_support import ThreadedAllReduce
+from tests.parallel_support import ThreadedCommunicator
 
 
 @pytest.fixture(autouse=True)
@@ -43,8 +44,11 @@ def _no_communicator() -> Iterator[None]:
     set_communicator(None)
 
 
-def place(**state: object) -> RecordingCommunicator:
-    rec = RecordingCommunicator(ParallelState(**state))  # type: ignore[arg-type]
+def place(
+    tp: int = 1, pp: int = 1, *, tp_rank: int = 0, pp_rank: int = 0, sequence_parallel: bool = False
+) -> RecordingCommunicator:
+    grid = RankGrid(tp=tp, pp=pp)
+    rec = RecordingCommunicator(grid.state_at(tp=tp_rank, pp=pp_rank, sequence_parallel=sequence_parallel))
     set_communicator(rec)
     return rec
 
@@ -513,7 +517,7 @@ def test_tensor_parallel_ranks_compute_the_same_loss_as_one(kind: str) -> None:
     spec, full, inputs, loss, state = reference_step(kind)
     full_grads = {n: p.grad for n, p in full.named_parameters()}
     tp = 2
-    threaded = ThreadedAllReduce(tp)
+    threaded = ThreadedCommunicator(tp)
     set_communicator(threaded)  # type: ignore[arg-type]
 
     def rank_fn(rank: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

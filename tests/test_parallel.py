@@ -14,8 +14,9 @@ from emulator.hardware import get_instance_type
 from emulator.parallel.calibrate import fit
 from emulator.parallel.cli import PUBLISHED_ROWS, published_request
 from emulator.parallel.host import HOST_SECONDS_PER_DEVICE_OP
-from emulator.parallel.plan import ConfigError, groups, make_config, placements
+from emulator.parallel.plan import ConfigError, make_config
 from emulator.parallel.plan_file import load_rank_plan, plan_document, write_plan
+from emulator.parallel.ranks import RankGrid
 from emulator.parallel.replay import _bodies
 from emulator.parallel.runner import JobRequest, plan_request
 from emulator.parallel.schedule import GraphTime, order, step_timeline
@@ -31,12 +32,38 @@ GIB = 1 << 30
 def test_megatron_layout_tp_contiguous_dp_strided() -> None:
     cfg = make_config(cores_per_node=32, tp=8, micro_batch=1, global_batch=64, seq_len=2048)
     assert (cfg.dp, cfg.grad_accum) == (4, 16)
-    assert groups(cfg, "tp")[0] == list(range(8))
-    assert groups(cfg, "dp")[0] == [0, 8, 16, 24]
-    assert len(groups(cfg, "tp")) == 4 and len(groups(cfg, "dp")) == 8
-    cfg = make_config(cores_per_node=32, tp=2, pp=4, micro_batch=1, seq_len=128)
-    assert groups(cfg, "pp")[0] == [0, 8, 16, 24]
-    assert [p.pp_rank for p in placements(cfg)][::8] == [0, 1, 2, 3]
+    grid = cfg.grid
+    assert grid.groups("tp")[0] == list(range(8))
+    assert grid.groups("dp")[0] == [0, 8, 16, 24]
+    assert len(grid.groups("tp")) == 4 and len(grid.groups("dp")) == 8
+    grid = make_config(cores_per_node=32, tp=2, pp=4, micro_batch=1, seq_len=128).grid
+    assert grid.groups("pp")[0] == [0, 8, 16, 24]
+    assert [p.pp_rank for p in grid.placements()][::8] == [0, 1, 2, 3]
+    # two nodes: rank r on core r % 32 of node r // 32; the model-parallel group of a replica
+    grid = make_config(cores_per_node=32, nodes=2, tp=8, pp=2, micro_batch=1, seq_len=128).grid
+    assert (grid.place(40).node, grid.place(40).core, grid.place(40).dp_rank) == (1, 8, 1)
+    assert grid.group_of("tp-pp", 9) == [*range(8, 16), *range(40, 48)]
+
+
+def test_rank_grid_orders_and_coordinates() -> None:
+    grid = RankGrid(tp=2, dp=3, pp=2)
+    assert [grid.coords(r) for r in (0, 1, 2, 7)] == [
+        {"tp": 0, "dp": 0, "pp": 0},
+        {"tp": 1, "dp": 0, "pp": 0},
+        {"tp": 0, "dp": 1, "pp": 0},
+        {"tp": 1, "dp": 0, "pp": 1},
+    ]
+    assert all(grid.rank_of(**grid.coords(r)) == r for r in range(grid.world))
+    assert grid.groups("dp") == [[0, 2, 4], [1, 3, 5], [6, 8, 10], [7, 9, 11]]
+    other = RankGrid(tp=2, dp=3, pp=2, order="dp-tp-pp")  # DP fastest
+    assert other.groups("dp")[0] == [0, 1, 2] and other.groups("tp")[0] == [0, 3]
+    state = grid.state(7, sequence_parallel=True)
+    assert (state.tp_rank, state.dp_rank, state.pp_rank, state.last_stage) == (1, 0, 1, True)
+    assert state.group("tp") == [6, 7] and state.group("pp") == [1, 7]
+    with pytest.raises(ValueError, match="unknown parallel group"):
+        grid.groups("ep")
+    with pytest.raises(ValueError, match="not divisible"):
+        RankGrid.for_world(6, tp=4)
 
 
 @pytest.mark.parametrize(

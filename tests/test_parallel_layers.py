@@ -10,22 +10,26 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from emulator.parallel.comm import CollectiveCall, ParallelState, RecordingCommunicator, set_communicator
+from emulator.parallel.comm import CollectiveCall, RecordingCommunicator, set_communicator
 from emulator.parallel.layers import (
     ColumnParallelLinear,
     RowParallelLinear,
     VocabParallelEmbedding,
     allreduce_sequence_parallel_grads,
+    sequence_parallel_parameters,
+    vocab_parallel_cross_entropy,
+)
+from emulator.parallel.mappings import (
     copy_to_tp_region,
     gather_from_sp_region,
     gather_from_tp_region,
     reduce_from_tp_region,
     reduce_scatter_to_sp_region,
     scatter_to_tp_region,
-    sequence_parallel_parameters,
-    vocab_parallel_cross_entropy,
 )
-from tests.parallel_support import ThreadedAllReduce
+from emulator.parallel.partition import mark_sequence_parallel
+from emulator.parallel.ranks import RankGrid
+from tests.parallel_support import ThreadedCommunicator
 
 
 @pytest.fixture(autouse=True)
@@ -36,7 +40,7 @@ def _no_communicator() -> Iterator[None]:
 
 
 def recording(tp: int, *, sp: bool = False, rank: int = 0) -> RecordingCommunicator:
-    rec = RecordingCommunicator(ParallelState(tp=tp, tp_rank=rank, sequence_parallel=sp))
+    rec = RecordingCommunicator(RankGrid(tp=tp).state_at(tp=rank, sequence_parallel=sp))
     set_communicator(rec)
     return rec
 
@@ -166,7 +170,7 @@ def test_column_parallel_under_sp_gathers_again_for_the_weight_gradient() -> Non
     # row: all-gather of the output gradient; column: re-gather of the input, reduce-scatter of its gradient
     assert got == Counter({("all_gather", full): 2, ("reduce_scatter", full): 1})
     assert x.grad.shape == x.shape
-    assert sequence_parallel_parameters(row) == [row.bias]
+    assert sequence_parallel_parameters(row.parameters()) == [row.bias]
 
 
 def test_vocab_parallel_embedding_and_cross_entropy_collectives() -> None:
@@ -197,11 +201,11 @@ def test_allreduce_of_sequence_parallel_grads_is_one_coalesced_call() -> None:
         row = RowParallelLinear(64, 32)
         norm = torch.nn.LayerNorm(32)
     for p in norm.parameters():
-        p.sequence_parallel = True
+        mark_sequence_parallel(p)
     module = torch.nn.ModuleList([row, norm])
     norm(row(meta(16, 1, 8))).sum().backward()  # [s, b, in/tp] -> [s/tp, b, out]
     rec.take()
-    allreduce_sequence_parallel_grads(module)
+    allreduce_sequence_parallel_grads(module.parameters())
     assert rec.take() == [CollectiveCall("all_reduce", "tp", (32 + 32 + 32) * 4)]
 
 
@@ -258,7 +262,7 @@ def test_tp2_mlp_embedding_and_cross_entropy_match_tp1_on_real_values() -> None:
 
     ref_loss, ref = run(1, 0)
     tp = 2
-    threaded = ThreadedAllReduce(tp)
+    threaded = ThreadedCommunicator(tp)
     set_communicator(threaded)  # type: ignore[arg-type]
 
     def rank_fn(rank: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -277,3 +281,47 @@ def test_tp2_mlp_embedding_and_cross_entropy_match_tp1_on_real_values() -> None:
     torch.testing.assert_close(torch.cat([g[4] for g in grads]), head_g)
     # forward: embedding, MLP output, 3 in the loss; backward: the head's input and the MLP's input
     assert Counter(threaded.kinds) == Counter({"all_reduce": 7})
+
+
+# ------------------------------------------------------------------------------------------------
+# neuronx-distributed's layers are these layers: one tag vocabulary for the gradient code
+
+
+def test_nxd_sequence_parallel_bias_gradient_is_all_reduced_over_tp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A RowParallelLinear built through the neuronx_distributed shim with
+    ``sequence_parallel_enabled``: each rank's bias gradient covers its slice of the sequence
+    only; the shim's ``grads.allreduce_sequence_parallel_gradients`` (the same helper as the
+    model-scale layers') finds the bias by its tag and sums it over the tensor-parallel group."""
+    from emulator.compat import nxd_state
+    from emulator.shims.neuronx_distributed.parallel_layers import grads
+    from emulator.shims.neuronx_distributed.parallel_layers.layers import RowParallelLinear as NxDRowParallelLinear
+
+    tp, seq, batch, hidden, out = 2, 4, 3, 8, 5
+    monkeypatch.setattr(nxd_state, "_grid", RankGrid(tp=tp))  # initialize_model_parallel, minus torch.distributed
+    threaded = ThreadedCommunicator(tp)
+    set_communicator(threaded)  # type: ignore[arg-type]
+    torch.manual_seed(0)
+    x, upstream = torch.randn(seq, batch, hidden), torch.randn(seq, batch, out)
+
+    def rank_fn(rank: int) -> tuple[list[torch.Tensor], torch.Tensor, list[str]]:
+        layer = NxDRowParallelLinear(hidden, out, input_is_parallel=True, sequence_parallel_enabled=True)
+        y = layer(x.chunk(tp, dim=-1)[rank])  # [s, b, h/tp] -> [s/tp, b, out], reduce-scattered
+        (y * upstream.chunk(tp, dim=0)[rank]).sum().backward()
+        partial = layer.bias.grad.clone()
+        grads.allreduce_sequence_parallel_gradients(torch.optim.SGD(layer.parameters(), lr=0.1))
+        return (
+            [partial, layer.bias.grad],
+            layer.weight.grad,
+            [p.__dict__.get("sequence_parallel_enabled") for p in (layer.weight, layer.bias)],
+        )
+
+    results = threaded.run(rank_fn)
+    full = upstream.sum((0, 1))  # the bias gradient of the whole sequence
+    partials = [r[0][0] for r in results]
+    assert not torch.allclose(partials[0], full)  # each rank saw half of the sequence
+    torch.testing.assert_close(partials[0] + partials[1], full)
+    for (_, reduced), _, tags in results:
+        torch.testing.assert_close(reduced, full)
+        assert tags == [None, True]  # the weight is a shard (tensor_model_parallel), not sequence-parallel
+    # forward reduce-scatter, backward all-gather, then one all-reduce of the tagged gradients
+    assert threaded.kinds == ["reduce_scatter", "all_gather", "all_reduce"]

@@ -283,16 +283,17 @@ def test_exec_errors_are_one_line(daemon, short_tmp: Path) -> None:
 
 # -- pieces, in process --------------------------------------------------------------------------
 def test_neuronx_distributed_rank_layout() -> None:
-    from emulator.compat.nxd_state import layout
+    """neuronx-distributed's [PP, DP, TP] row-major grid is the rank grid of order tp-dp-pp."""
+    from emulator.parallel.ranks import RankGrid
 
-    grid = layout(8, 2, 1)
-    assert grid.tp_groups == [[0, 1], [2, 3], [4, 5], [6, 7]]
-    assert grid.dp_groups == [[0, 2, 4, 6], [1, 3, 5, 7]]
-    grid = layout(32, 8, 4)
-    assert grid.dp == 1 and grid.pp_groups[:2] == [[0, 8, 16, 24], [1, 9, 17, 25]]
-    assert grid.tp_groups[1] == list(range(8, 16))
-    with pytest.raises(RuntimeError, match="not divisible"):
-        layout(6, 4, 1)
+    grid = RankGrid.for_world(8, tp=2, pp=1)
+    assert grid.groups("tp") == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert grid.groups("dp") == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    grid = RankGrid.for_world(32, tp=8, pp=4)
+    assert grid.dp == 1 and grid.groups("pp")[:2] == [[0, 8, 16, 24], [1, 9, 17, 25]]
+    assert grid.groups("tp")[1] == list(range(8, 16))
+    with pytest.raises(ValueError, match="not divisible"):
+        RankGrid.for_world(6, tp=4, pp=1)
 
 
 def test_gaps_raise_named_errors_but_private_names_stay_attribute_errors() -> None:

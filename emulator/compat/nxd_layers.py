@@ -1,14 +1,16 @@
 """neuronx-distributed's tensor-parallel layers, loss, mappings, gradient helpers and model move,
 on the emulator (docs/run-your-script.md).
 
-The layers keep neuronx-distributed's constructor arguments and parameter shapes and tags
-(``tensor_model_parallel``, ``partition_dim``, ``partition_stride``, ``num_partitions``) and run
-the mappings of :mod:`emulator.parallel.layers` (Megatron semantics: identity / all-reduce,
-all-gather / reduce-scatter under sequence parallelism) with real collectives over the
-tensor-parallel group (:mod:`emulator.compat.nxd_state`). Weights are initialised as
-neuronx-distributed does on the CPU: the full fp32 weight is initialised with the same RNG on
-every rank and each rank keeps its slice, so a TP model starts from the same values as the
-unsharded one.
+The layers are :mod:`emulator.parallel.layers` — the ones the model-scale workloads use, with
+their forward and backward, their parameter tags (``tensor_model_parallel``, ``partition_dim``,
+``partition_stride``, ``num_partitions``, ``sequence_parallel_enabled``;
+:mod:`emulator.parallel.partition`) and their mappings (Megatron semantics: identity /
+all-reduce, all-gather / reduce-scatter under sequence parallelism) — behind
+neuronx-distributed's constructor arguments, here run with real collectives over the
+tensor-parallel group (:mod:`emulator.compat.nxd_state`). What this module adds is the
+initialisation: as neuronx-distributed does on the CPU, the full fp32 weight is initialised with
+the same RNG on every rank and each rank keeps its slice (:class:`CpuMasterInit`), so a TP model
+starts from the same values as the unsharded one.
 """
 
 from __future__ import annotations
@@ -18,57 +20,17 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from emulator.compat import collectives, nxd_state, world
 from emulator.compat.gaps import NotEmulatedError
-from emulator.parallel import layers as tp
-
-_TP_ATTRIBUTES = ("tensor_model_parallel", "partition_dim", "partition_stride", "num_partitions")
-
-
-# -- parameter tags ------------------------------------------------------------------------------
-def set_tensor_model_parallel_attributes(
-    tensor: torch.Tensor, is_parallel: bool, dim: int, stride: int, num_partitions: int = -1, rank_ordering: Any = None
-) -> None:
-    for name in _TP_ATTRIBUTES:
-        if hasattr(tensor, name):
-            raise AssertionError(f"{name} is already set on the tensor")
-    tensor.tensor_model_parallel = is_parallel  # type: ignore[attr-defined]
-    tensor.partition_dim = dim  # type: ignore[attr-defined]
-    tensor.partition_stride = stride  # type: ignore[attr-defined]
-    tensor.num_partitions = num_partitions  # type: ignore[attr-defined]
-
-
-def set_defaults_if_not_set_tensor_model_parallel_attributes(tensor: torch.Tensor) -> None:
-    for name, value in zip(_TP_ATTRIBUTES, (False, -1, 1, 1), strict=True):
-        if not hasattr(tensor, name):
-            setattr(tensor, name, value)
-
-
-def copy_tensor_model_parallel_attributes(destination: torch.Tensor, source: torch.Tensor) -> None:
-    for name in _TP_ATTRIBUTES:
-        if hasattr(source, name):
-            setattr(destination, name, getattr(source, name))
+from emulator.parallel import layers
+from emulator.parallel import mappings as tp
+from emulator.parallel.partition import is_tensor_parallel
 
 
 def param_is_not_tensor_parallel_duplicate(param: torch.Tensor) -> bool:
-    return bool(getattr(param, "tensor_model_parallel", False)) or tp.tp_rank() == 0
-
-
-# -- helpers -------------------------------------------------------------------------------------
-def divide(numerator: int, denominator: int) -> int:
-    if numerator % denominator:
-        raise AssertionError(f"{numerator} is not divisible by {denominator}")
-    return numerator // denominator
-
-
-def split_tensor_along_last_dim(
-    tensor: torch.Tensor, num_partitions: int, contiguous_split_chunks: bool = False
-) -> tuple[torch.Tensor, ...]:
-    parts = torch.split(tensor, divide(tensor.shape[-1], num_partitions), dim=-1)
-    return tuple(p.contiguous() for p in parts) if contiguous_split_chunks else parts
+    return is_tensor_parallel(param) or tp.tp_rank() == 0
 
 
 def get_local_world_size() -> int:
@@ -89,32 +51,32 @@ def _refuse(layer: str, **options: Any) -> None:
             raise NotEmulatedError(f"neuronx_distributed {layer}({name}={value!r})")
 
 
-def _sharded(
-    full_shape: tuple[int, int],
-    partition_dim: int,
-    init_method: Callable[[torch.Tensor], Any],
-    dtype: torch.dtype,
-    device: Any,
-) -> nn.Parameter:
-    """This rank's slice of a full fp32 weight initialised on the CPU (neuronx-distributed's CPU path)."""
-    master = torch.empty(full_shape, dtype=torch.float32)
-    init_method(master)
-    size, rank = tp.tp_size(), tp.tp_rank()
-    shard = master.chunk(size, dim=partition_dim)[rank].to(dtype).contiguous()
-    param = nn.Parameter(shard.to(device) if device is not None else shard)
-    set_tensor_model_parallel_attributes(param, True, partition_dim, 1, size)
-    return param
+class CpuMasterInit:
+    """neuronx-distributed's CPU initialisation: the full fp32 weight is initialised with
+    ``init_method`` (the same RNG on every rank) and each rank keeps its slice in ``dtype`` on
+    ``device``; a bias is uniform in ``+-1/sqrt(fan_in)``."""
+
+    def __init__(self, init_method: Callable[[torch.Tensor], Any], dtype: torch.dtype, device: Any) -> None:
+        self.init_method, self.dtype, self.device = init_method, dtype, device
+
+    def _parameter(self, t: torch.Tensor) -> nn.Parameter:
+        return nn.Parameter(t.to(self.device) if self.device is not None else t)
+
+    def weight(self, full_shape: tuple[int, int], partition_dim: int) -> nn.Parameter:
+        master = torch.empty(full_shape, dtype=torch.float32)
+        self.init_method(master)
+        shard = master.chunk(tp.tp_size(), dim=partition_dim)[tp.tp_rank()]
+        return self._parameter(shard.to(self.dtype).contiguous())
+
+    def bias(self, size: int, fan_in: int) -> nn.Parameter:
+        bias = torch.empty(size, dtype=self.dtype)
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+        nn.init.uniform_(bias, -bound, bound)
+        return self._parameter(bias)
 
 
 def _default_linear_init(weight: torch.Tensor) -> None:
     nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
-
-
-def _bias(size: int, fan_in: int, dtype: torch.dtype, device: Any) -> nn.Parameter:
-    bias = torch.empty(size, dtype=dtype)
-    bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0.0
-    nn.init.uniform_(bias, -bound, bound)
-    return nn.Parameter(bias.to(device) if device is not None else bias)
 
 
 def _require_model_parallel(layer: str) -> None:
@@ -122,8 +84,8 @@ def _require_model_parallel(layer: str) -> None:
         raise RuntimeError(f"{layer}: call parallel_state.initialize_model_parallel() first")
 
 
-# -- layers --------------------------------------------------------------------------------------
-class ColumnParallelLinear(nn.Module):
+# -- layers: neuronx-distributed's arguments over emulator.parallel.layers ------------------------
+class ColumnParallelLinear(layers.ColumnParallelLinear):
     """``Y = X A^T + b``, ``A`` split by output features: weight ``[out/tp, in]``."""
 
     def __init__(
@@ -143,39 +105,20 @@ class ColumnParallelLinear(nn.Module):
         pad: bool = False,
         **options: Any,
     ) -> None:
-        super().__init__()
         _require_model_parallel("ColumnParallelLinear")
         _refuse("ColumnParallelLinear", stride=stride, pad=pad, sequence_dimension=sequence_dimension, **options)
-        if gather_output and sequence_parallel_enabled:
-            raise ValueError("ColumnParallelLinear: gather_output is not supported with sequence parallelism")
-        self.input_size, self.output_size = input_size, output_size
-        self.output_size_per_partition = divide(output_size, tp.tp_size())
-        self.gather_output = gather_output
-        self.sequence_parallel_enabled = sequence_parallel_enabled
-        self.skip_bias_add = skip_bias_add
-        self.weight = _sharded((output_size, input_size), 0, init_method or _default_linear_init, dtype, device)
-        if bias:
-            self.bias: nn.Parameter | None = _bias(
-                output_size if gather_output else self.output_size_per_partition, input_size, dtype, device
-            )
-            if not gather_output:
-                set_tensor_model_parallel_attributes(self.bias, True, 0, 1, tp.tp_size())
-        else:
-            self.register_parameter("bias", None)
-
-    def forward(self, input: torch.Tensor) -> Any:
-        if self.sequence_parallel_enabled and tp.tp_size() > 1:
-            out = tp.sequence_parallel_linear(input, self.weight, None)
-        else:
-            out = F.linear(tp.copy_to_tp_region(input), self.weight)
-        if self.gather_output:
-            out = tp.gather_from_tp_region(out)
-        if self.skip_bias_add:
-            return out, self.bias
-        return out if self.bias is None else out + self.bias
+        super().__init__(
+            input_size,
+            output_size,
+            bias,
+            gather_output,
+            sequence_parallel_enabled=sequence_parallel_enabled,
+            skip_bias_add=skip_bias_add,
+            init=CpuMasterInit(init_method or _default_linear_init, dtype, device),
+        )
 
 
-class RowParallelLinear(nn.Module):
+class RowParallelLinear(layers.RowParallelLinear):
     """``Y = X A^T + b``, ``A`` split by input features: weight ``[out, in/tp]``, full bias added
     after the all-reduce (reduce-scatter along the sequence under sequence parallelism)."""
 
@@ -197,36 +140,21 @@ class RowParallelLinear(nn.Module):
         reduce_output: bool = True,
         **options: Any,
     ) -> None:
-        super().__init__()
         _require_model_parallel("RowParallelLinear")
         _refuse("RowParallelLinear", stride=stride, pad=pad, sequence_dimension=sequence_dimension, **options)
-        if sequence_parallel_enabled and not input_is_parallel:
-            raise RuntimeError("RowParallelLinear: sequence parallelism needs input_is_parallel=True")
-        self.input_size, self.output_size = input_size, output_size
-        self.input_size_per_partition = divide(input_size, tp.tp_size())
-        self.input_is_parallel = input_is_parallel
-        self.sequence_parallel_enabled = sequence_parallel_enabled
-        self.skip_bias_add = skip_bias_add
-        self.reduce_output = reduce_output
-        self.weight = _sharded((output_size, input_size), 1, init_method or _default_linear_init, dtype, device)
-        if bias:
-            self.bias: nn.Parameter | None = _bias(output_size, self.input_size_per_partition, dtype, device)
-            self.bias.sequence_parallel_enabled = sequence_parallel_enabled  # type: ignore[attr-defined]
-        else:
-            self.register_parameter("bias", None)
-
-    def forward(self, input: torch.Tensor) -> Any:
-        x = input if self.input_is_parallel else tp.scatter_to_tp_region(input)
-        out = F.linear(x, self.weight)
-        if self.reduce_output:
-            sp = self.sequence_parallel_enabled and tp.tp_size() > 1
-            out = tp.reduce_scatter_to_sp_region(out) if sp else tp.reduce_from_tp_region(out)
-        if self.skip_bias_add:
-            return out, self.bias
-        return out if self.bias is None else out + self.bias
+        super().__init__(
+            input_size,
+            output_size,
+            bias,
+            input_is_parallel,
+            sequence_parallel_enabled=sequence_parallel_enabled,
+            skip_bias_add=skip_bias_add,
+            reduce_output=reduce_output,
+            init=CpuMasterInit(init_method or _default_linear_init, dtype, device),
+        )
 
 
-class ParallelEmbedding(nn.Module):
+class ParallelEmbedding(layers.VocabParallelEmbedding):
     """Embedding split by vocabulary rows: weight ``[V/tp, D]``; partial lookups all-reduced
     (reduce-scattered along the sequence under sequence parallelism)."""
 
@@ -247,7 +175,6 @@ class ParallelEmbedding(nn.Module):
         sequence_parallel_enabled: bool = False,
         **options: Any,
     ) -> None:
-        super().__init__()
         _require_model_parallel("ParallelEmbedding")
         _refuse("ParallelEmbedding", pad=pad, **options)
         for name, value in (
@@ -258,25 +185,13 @@ class ParallelEmbedding(nn.Module):
         ):
             if value is not None:
                 raise NotEmulatedError(f"neuronx_distributed ParallelEmbedding({name}={value!r})")
-        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.num_embeddings_per_partition = divide(num_embeddings, tp.tp_size())
-        self.start = tp.tp_rank() * self.num_embeddings_per_partition
-        self.padding_idx = padding_idx
-        self.sequence_parallel_enabled = sequence_parallel_enabled
-        self.weight = _sharded((num_embeddings, embedding_dim), 0, init_method, dtype, device)
-        if padding_idx is not None and self.start <= padding_idx < self.start + self.num_embeddings_per_partition:
-            with torch.no_grad():
-                self.weight[padding_idx - self.start].zero_()
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        if tp.tp_size() == 1:
-            return F.embedding(ids, self.weight, self.padding_idx)
-        outside = (ids < self.start) | (ids >= self.start + self.num_embeddings_per_partition)
-        local = (ids - self.start).masked_fill(outside, 0)
-        partial = F.embedding(local, self.weight).masked_fill(outside.unsqueeze(-1), 0.0)
-        if self.sequence_parallel_enabled:
-            return tp.reduce_scatter_to_sp_region(partial)
-        return tp.reduce_from_tp_region(partial)
+        super().__init__(
+            num_embeddings,
+            embedding_dim,
+            padding_idx,
+            sequence_parallel_enabled=sequence_parallel_enabled,
+            init=CpuMasterInit(init_method, dtype, device),
+        )
 
 
 def parallel_cross_entropy(
@@ -285,7 +200,7 @@ def parallel_cross_entropy(
     """Per-token cross entropy (no reduction) from this rank's vocabulary shard of the logits."""
     if label_smoothing:
         raise NotEmulatedError("neuronx_distributed parallel_cross_entropy(label_smoothing=...)")
-    return tp.vocab_parallel_cross_entropy(vocab_parallel_logits, target)
+    return layers.vocab_parallel_cross_entropy(vocab_parallel_logits, target)
 
 
 # -- mappings (neuronx_distributed.parallel_layers.mappings) -------------------------------------
@@ -354,8 +269,14 @@ def bucket_allreduce_gradients(grads_list: list[torch.Tensor], reduce_over_ep_gr
         raise NotEmulatedError("bucket_allreduce_gradients(reduce_over_ep_group=True)", "expert parallelism")
     dp = nxd_state.get_data_parallel_size()
     if dp > 1 and grads_list:
-        ranks = nxd_state._grid().group_of("dp", world.global_rank())
-        collectives.group(ranks).all_reduce_(grads_list, "sum", 1.0 / dp)
+        collectives.group(nxd_state.group_ranks("dp")).all_reduce_(grads_list, "sum", 1.0 / dp)
+
+
+def allreduce_sequence_parallel_gradients(optimizer: torch.optim.Optimizer) -> None:
+    """Sum over the tensor-parallel group the gradients of the optimizer's parameters tagged
+    ``sequence_parallel_enabled`` (norms, row-parallel biases: each rank saw a slice of the
+    sequence), as one coalesced all-reduce — the model-scale layers' own gradient helper."""
+    layers.allreduce_sequence_parallel_grads(p for group in optimizer.param_groups for p in group["params"])
 
 
 def get_grad_norm(
@@ -364,24 +285,24 @@ def get_grad_norm(
     """The gradient norm of the whole model: tensor-parallel shards count once each, replicated
     parameters once over the group (their share divided by the TP size), summed over TP."""
     params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
-    grads = [(p.grad, bool(getattr(p, "tensor_model_parallel", False))) for p in params if p.grad is not None]
+    grads = [(p.grad, is_tensor_parallel(p)) for p in params if p.grad is not None]
     if not grads:
         return torch.zeros(())
     size = tp.tp_size()
     if math.isinf(norm_type):
         local = torch.stack([g.detach().abs().max().float() for g, _ in grads]).max()
-        return collectives.group(_tp_ranks()).all_reduce(local.reshape(1), "max").reshape(()) if size > 1 else local
+        return _tp_all_reduce(local, "max") if size > 1 else local
     total = torch.zeros((), dtype=torch.float32, device=grads[0][0].device)
     for g, sharded in grads:
         part = g.detach().float().norm(norm_type) ** norm_type
         total = total + (part if sharded else part / size)
     if size > 1:
-        total = collectives.group(_tp_ranks()).all_reduce(total.reshape(1)).reshape(())
+        total = _tp_all_reduce(total, "sum")
     return total ** (1.0 / norm_type)
 
 
-def _tp_ranks() -> list[int]:
-    return nxd_state._grid().group_of("tp", world.global_rank())
+def _tp_all_reduce(scalar: torch.Tensor, op: str) -> torch.Tensor:
+    return collectives.group(nxd_state.group_ranks("tp")).all_reduce(scalar.reshape(1), op).reshape(())
 
 
 def clip_grad_norm(

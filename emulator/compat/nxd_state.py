@@ -2,12 +2,14 @@
 
 ``initialize_model_parallel(tensor_model_parallel_size, pipeline_model_parallel_size)`` lays the
 job's ranks out as neuronx-distributed does by default: the ranks ``0 .. world-1`` in a
-``[PP, DP, TP]`` grid, row-major, so a tensor-parallel group is ``TP`` consecutive ranks, a
-data-parallel group takes every ``TP``-th rank of a pipeline stage, and a pipeline group every
-``DP*TP``-th rank (docs/run-your-script.md). (On a trn1.32xlarge with TP=4, neuronx-distributed
+``[PP, DP, TP]`` grid, row-major — the :class:`~emulator.parallel.ranks.RankGrid` of order
+``tp-dp-pp`` the model-scale jobs use too — so a tensor-parallel group is ``TP`` consecutive
+ranks, a data-parallel group takes every ``TP``-th rank of a pipeline stage, and a pipeline group
+every ``DP*TP``-th rank (docs/run-your-script.md). (On a trn1.32xlarge with TP=4, neuronx-distributed
 strides the TP groups across the node instead; that special case is not reproduced.)
 
-The getters answer from that layout. The groups' collectives are real and costed: the tensor-
+The getters answer from that grid, through this rank's
+:class:`~emulator.parallel.ranks.ParallelState`. The groups' collectives are real and costed: the tensor-
 parallel layers reach them through :class:`RealCommunicator`, which the initialisation makes
 the active communicator of ``emulator.parallel.comm`` (the same layers the model-scale tracer
 uses, on values instead of shapes). ``torch.distributed`` groups are made too (``new_group``,
@@ -16,7 +18,6 @@ every rank for every group, in order), for scripts that pass them to ``torch.dis
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,55 +26,18 @@ import torch.distributed as dist
 from emulator.compat import collectives, world
 from emulator.compat.gaps import NotEmulatedError
 from emulator.parallel import comm
-from emulator.parallel.comm import ParallelState
-
-
-@dataclass(frozen=True)
-class Layout:
-    tp: int
-    pp: int
-    dp: int
-    tp_groups: list[list[int]]
-    dp_groups: list[list[int]]
-    pp_groups: list[list[int]]
-
-    def group_of(self, kind: str, rank: int) -> list[int]:
-        groups = {"tp": self.tp_groups, "dp": self.dp_groups, "pp": self.pp_groups}[kind]
-        return next(g for g in groups if rank in g)
-
-
-def layout(world_size: int, tp: int, pp: int) -> Layout:
-    """The ``[PP, DP, TP]`` grid of ``world_size`` ranks (ValueError if the sizes do not divide it)."""
-    if tp < 1 or pp < 1:
-        raise ValueError(f"tensor and pipeline parallel sizes must be at least 1 (got {tp} and {pp})")
-    if world_size % (tp * pp):
-        raise RuntimeError(
-            f"world size {world_size} is not divisible by tensor parallel size {tp} x pipeline parallel size {pp}"
-        )
-    dp = world_size // (tp * pp)
-
-    def rank(p: int, d: int, t: int) -> int:
-        return (p * dp + d) * tp + t
-
-    return Layout(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        tp_groups=[[rank(p, d, t) for t in range(tp)] for p in range(pp) for d in range(dp)],
-        dp_groups=[[rank(p, d, t) for d in range(dp)] for p in range(pp) for t in range(tp)],
-        pp_groups=[[rank(p, d, t) for p in range(pp)] for d in range(dp) for t in range(tp)],
-    )
+from emulator.parallel.ranks import AXES, ParallelState, RankGrid
 
 
 class RealCommunicator:
-    """The collectives of the tensor-parallel layers, done between the processes on the values."""
+    """The collectives of the tensor-parallel layers, done between the processes on the values
+    over this rank's groups of the grid."""
 
-    def __init__(self, state: ParallelState, groups: dict[str, list[int]]) -> None:
+    def __init__(self, state: ParallelState) -> None:
         self.state = state
-        self._groups = groups
 
     def _group(self, name: str) -> collectives.Group:
-        return collectives.group(self._groups[name])
+        return collectives.group(self.state.group(name))
 
     def all_reduce(self, t: torch.Tensor, group: str, op: str) -> torch.Tensor:
         return self._group(group).all_reduce(t, op)
@@ -88,7 +52,7 @@ class RealCommunicator:
         raise NotEmulatedError("pipeline-parallel sends of neuronx_distributed", "the NxD pipeline engine")
 
 
-_layout: Layout | None = None
+_grid: RankGrid | None = None
 _torch_groups: dict[str, Any] = {}
 
 
@@ -101,7 +65,7 @@ def initialize_model_parallel(
     lnc_size: int = 1,
     mesh_only: bool = False,
 ) -> None:
-    global _layout
+    global _grid
     if context_parallel_size != 1:
         raise NotEmulatedError("context parallelism (context_parallel_size > 1)")
     if expert_model_parallel_size != 1:
@@ -109,55 +73,48 @@ def initialize_model_parallel(
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("initialize_model_parallel: call torch.distributed.init_process_group('xla') first")
     size = dist.get_world_size()
-    grid = layout(size, min(tensor_model_parallel_size, size), min(pipeline_model_parallel_size, size))
+    tp, pp = min(tensor_model_parallel_size, size), min(pipeline_model_parallel_size, size)
+    try:
+        grid = RankGrid.for_world(size, tp=tp, pp=pp)
+    except ValueError as exc:
+        raise RuntimeError(str(exc)) from None
     me = dist.get_rank()
-    mine = {kind: grid.group_of(kind, me) for kind in ("tp", "dp", "pp")}
     _torch_groups.clear()
     if not mesh_only:
-        for kind, groups in (("tp", grid.tp_groups), ("dp", grid.dp_groups), ("pp", grid.pp_groups)):
-            for ranks in groups:  # every rank makes every group, in the same order (torch.distributed's rule)
+        for kind in AXES:  # every rank makes every group, in the same order (torch.distributed's rule)
+            for ranks in grid.groups(kind):
                 pg = dist.new_group(ranks)
                 if me in ranks:
                     _torch_groups[kind] = pg
-    state = ParallelState(
-        tp=grid.tp,
-        pp=grid.pp,
-        dp=grid.dp,
-        tp_rank=mine["tp"].index(me),
-        pp_rank=mine["pp"].index(me),
-        dp_rank=mine["dp"].index(me),
-    )
-    comm.set_communicator(RealCommunicator(state, mine))
-    _layout = grid
+    comm.set_communicator(RealCommunicator(grid.state(me)))
+    _grid = grid
 
 
 def model_parallel_is_initialized() -> bool:
-    return _layout is not None
+    return _grid is not None
 
 
 def destroy_model_parallel() -> None:
-    global _layout
-    _layout = None
+    global _grid
+    _grid = None
     _torch_groups.clear()
     comm.set_communicator(None)
 
 
-def _grid() -> Layout:
-    if _layout is None:
-        raise RuntimeError("model parallel is not initialized: call initialize_model_parallel first")
-    return _layout
-
-
 def _state() -> ParallelState:
-    _grid()
+    """This rank's view of the grid (a RuntimeError before initialize_model_parallel)."""
+    if _grid is None:
+        raise RuntimeError("model parallel is not initialized: call initialize_model_parallel first")
     return comm.state()
 
 
+def group_ranks(kind: str) -> list[int]:
+    """The global ranks of this rank's ``tp``, ``dp`` or ``pp`` group."""
+    return _state().group(kind)
+
+
 def _torch_group(kind: str, as_list: bool) -> Any:
-    grid = _grid()
-    if as_list:
-        return {"tp": grid.tp_groups, "dp": grid.dp_groups, "pp": grid.pp_groups}[kind]
-    return _torch_groups.get(kind)
+    return _state().grid.groups(kind) if as_list else _torch_groups.get(kind)
 
 
 def get_tensor_model_parallel_size() -> int:
@@ -173,11 +130,11 @@ def get_tensor_model_parallel_group(as_list: bool = False) -> Any:
 
 
 def get_tensor_model_parallel_replica_groups() -> list[list[int]]:
-    return _grid().tp_groups
+    return _state().grid.groups("tp")
 
 
 def get_tensor_model_parallel_src_rank() -> int:
-    return _grid().group_of("tp", world.global_rank())[0]
+    return group_ranks("tp")[0]
 
 
 def get_data_parallel_size() -> int:
@@ -193,11 +150,11 @@ def get_data_parallel_group(as_list: bool = False) -> Any:
 
 
 def get_data_parallel_replica_groups() -> list[list[int]]:
-    return _grid().dp_groups
+    return _state().grid.groups("dp")
 
 
 def get_data_parallel_src_rank() -> int:
-    return _grid().group_of("dp", world.global_rank())[0]
+    return group_ranks("dp")[0]
 
 
 def get_pipeline_model_parallel_size() -> int:
@@ -213,7 +170,7 @@ def get_pipeline_model_parallel_group(as_list: bool = False) -> Any:
 
 
 def get_pipeline_model_parallel_replica_groups() -> list[list[int]]:
-    return _grid().pp_groups
+    return _state().grid.groups("pp")
 
 
 def get_world_group(as_list: bool = False) -> Any:

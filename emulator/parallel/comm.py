@@ -2,13 +2,14 @@
 
 Model code (tensor-parallel layers, the data-parallel gradient reduction, pipeline sends) calls
 :func:`all_reduce`, :func:`all_gather`, :func:`reduce_scatter` and :func:`send` with the name of a
-replica group (``"tp"``, ``"dp"``, ``"pp"``); the active :class:`Communicator` decides what that
-means:
+replica group (``"tp"``, ``"dp"``, ``"pp"``); the active :class:`Communicator` — whose
+:class:`~emulator.parallel.ranks.ParallelState` is this rank's view of the job's rank grid —
+decides what that means:
 
 - :class:`RecordingCommunicator` (model-scale tracing on ``meta``): the result is a new buffer of
   the right shape (no values: meta tensors have none), and a :class:`CollectiveCall` is kept for
   the cost model, which later maps the group name onto each rank's concrete NeuronCores
-  (``emulator.parallel.plan``).
+  (``emulator.parallel.ranks``).
 - the real-valued communicator of a user's neuronx-distributed script
   (``emulator.compat.nxd_state``): the collective is done between the processes, on the values.
 - no communicator, or a group of size 1: the identity (a single rank needs no collective).
@@ -26,32 +27,7 @@ from typing import Protocol
 import torch
 
 from emulator.capture.tensor import unwrap
-
-GROUPS = ("tp", "dp", "pp")
-
-
-@dataclass(frozen=True)
-class ParallelState:
-    """This rank's place in the job: group sizes and its index in each (Megatron's parallel_state)."""
-
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    tp_rank: int = 0
-    pp_rank: int = 0
-    dp_rank: int = 0
-    sequence_parallel: bool = False
-
-    def size(self, group: str) -> int:
-        return {"tp": self.tp, "pp": self.pp, "dp": self.dp}[group]
-
-    @property
-    def first_stage(self) -> bool:
-        return self.pp_rank == 0
-
-    @property
-    def last_stage(self) -> bool:
-        return self.pp_rank == self.pp - 1
+from emulator.parallel.ranks import ParallelState
 
 
 @dataclass(frozen=True)

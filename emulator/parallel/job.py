@@ -20,8 +20,9 @@ from emulator.costmodel import CostOptions
 from emulator.costmodel.topology import cost_group_collective
 from emulator.hardware.instance_types import InstanceType
 from emulator.parallel import host
-from emulator.parallel.comm import CollectiveCall, ParallelState
-from emulator.parallel.plan import ParallelConfig, RankPlace, groups, placements
+from emulator.parallel.comm import CollectiveCall
+from emulator.parallel.plan import ParallelConfig
+from emulator.parallel.ranks import ParallelState, RankPlace
 from emulator.parallel.schedule import GraphTime, StepTimeline, step_timeline
 from emulator.parallel.tracer import StageProgram, TracedGraph, trace_stage
 from emulator.runtime.errors import NeuronRuntimeError
@@ -126,19 +127,44 @@ def plan_job(
 ) -> JobPlan:
     """Trace and cost the job; raises ``NRT_RESOURCE`` (NeuronRuntimeError) when a stage's shard
     does not fit its NeuronCore's HBM."""
+    programs, trace_seconds = _trace_stages(config, instance, dtype, options, stage_builder, progress)
+    places = config.grid.placements()
+    stages = {s: _stage_cost(programs[s], s, config, instance, places) for s in range(config.pp)}
+    timeline, first = _timelines(config, stages, _send_costs(config, instance, programs, places))
+    plan = JobPlan(
+        model=model,
+        config=config,
+        instance=instance,
+        dtype=dtype,
+        options=options,
+        parameters_total=parameters_total,
+        tokens_per_sample=tokens_per_sample,
+        sample_unit=sample_unit,
+        stages=stages,
+        timeline=timeline,
+        first_timeline=first,
+        trace_seconds=trace_seconds,
+        places=places,
+    )
+    _check_fits(plan)
+    return plan
+
+
+def _trace_stages(
+    config: ParallelConfig,
+    instance: InstanceType,
+    dtype: str,
+    options: CostOptions,
+    stage_builder: ModelStages,
+    progress: Callable[[str], None],
+) -> tuple[dict[int, StageProgram], float]:
+    """Every stage's program (one capture per distinct program) and the seconds tracing took."""
     programs: dict[int, StageProgram] = {}
     traced: dict[int, StageProgram] = {}
-    trace_seconds = 0.0
     for stage in range(config.pp):
         kind = _stage_kind(stage, config.pp)
         if kind not in traced:
-            state = ParallelState(
-                tp=config.tp,
-                pp=config.pp,
-                dp=config.dp,
-                pp_rank=stage,
-                sequence_parallel=config.sequence_parallel,
-            )
+            state = config.grid.state_at(pp=stage, sequence_parallel=config.sequence_parallel)
             build, inputs, _ = stage_builder(state)
             progress(f"tracing stage {stage} of {config.pp}" if config.pp > 1 else "tracing the training step")
             try:
@@ -157,14 +183,16 @@ def plan_job(
                 if exc.status != "NRT_RESOURCE":
                     raise
                 raise _stage_oom(config, stage, exc.message.split(" on ND", 1)[0]) from None
-            trace_seconds += traced[kind].trace_seconds
         programs[stage] = traced[kind]
+    return programs, sum(p.trace_seconds for p in traced.values())
 
-    places = placements(config)
-    stages = {s: _stage_cost(programs[s], s, config, instance, places) for s in range(config.pp)}
-    send = _send_costs(config, instance, programs, places)
+
+def _timelines(
+    config: ParallelConfig, stages: dict[int, StageCost], send: dict[int, float]
+) -> tuple[StepTimeline, StepTimeline]:
+    """The steady step's timeline and step 1's (which creates the optimizer state)."""
     times = {s: stages[s].times for s in stages}
-    timeline, first = (
+    steady, first = (
         step_timeline(
             times,
             stages=config.pp,
@@ -175,37 +203,28 @@ def plan_job(
         )
         for first_step in (False, True)
     )
-    plan = JobPlan(
-        model=model,
-        config=config,
-        instance=instance,
-        dtype=dtype,
-        options=options,
-        parameters_total=parameters_total,
-        tokens_per_sample=tokens_per_sample,
-        sample_unit=sample_unit,
-        stages=stages,
-        timeline=timeline,
-        first_timeline=first,
-        trace_seconds=trace_seconds,
-        places=places,
-    )
-    for stage in range(config.pp):
+    return steady, first
+
+
+def _check_fits(plan: JobPlan) -> None:
+    """``NRT_RESOURCE`` when a stage's HBM peak, with its micro-batches in flight, exceeds the core's."""
+    capacity = plan.instance.core_memory_bytes
+    for stage in range(plan.config.pp):
         peak = plan.hbm_peak(stage)
-        if peak > instance.core_memory_bytes:
+        if peak > capacity:
             raise _stage_oom(
-                config,
+                plan.config,
                 stage,
-                f"Failed to allocate {format_bytes(peak - instance.core_memory_bytes)} more than the core has "
+                f"Failed to allocate {format_bytes(peak - capacity)} more than the core has "
                 f"(peak {format_bytes(peak)} with {plan.timeline.stages[stage].max_in_flight} micro-batches in flight)",
             )
-    return plan
 
 
 def _stage_oom(config: ParallelConfig, stage: int, what: str) -> NeuronRuntimeError:
     """The runtime's out-of-memory error for the first core of a stage (every core of the stage
     holds the same shard)."""
-    core = (stage * config.tp * config.dp) % config.ranks_per_node
+    grid = config.grid
+    core = grid.place(grid.rank_of(pp=stage)).core
     return NeuronRuntimeError(
         "NRT_RESOURCE",
         f"{what} on ND {core // 2}:NC {core % 2} (NeuronCore {core}, pipeline stage {stage}): "
@@ -218,7 +237,7 @@ def _stage_oom(config: ParallelConfig, stage: int, what: str) -> NeuronRuntimeEr
 def _stage_cost(
     program: StageProgram, stage: int, config: ParallelConfig, instance: InstanceType, places: list[RankPlace]
 ) -> StageCost:
-    stage_groups = {kind: [g for g in groups(config, kind) if places[g[0]].pp_rank == stage] for kind in ("tp", "dp")}
+    stage_groups = {k: [g for g in config.grid.groups(k) if places[g[0]].pp_rank == stage] for k in ("tp", "dp")}
 
     @cache
     def cost(call: CollectiveCall) -> CollectiveCost:
@@ -251,7 +270,7 @@ def _send_costs(
     """Seconds to send a micro-batch's activation from stage s to s + 1 (its gradient comes back
     the same way at the same cost)."""
     out: dict[int, float] = {}
-    pp_groups = groups(config, "pp")
+    pp_groups = config.grid.groups("pp")
     for s in range(config.pp - 1):
         pairs = [[g[s], g[s + 1]] for g in pp_groups]
         seconds = 0.0
@@ -281,16 +300,5 @@ def retimed(plan: JobPlan, *, compute_scale: float = 1.0, host_per_op: float | N
             times[name] = GraphTime(t.compute_seconds * compute_scale, t.collective_seconds, h)
         stages[s] = StageCost(cost.program, times, cost.collectives)
     send = _send_costs(plan.config, plan.instance, {s: c.program for s, c in plan.stages.items()}, plan.places)
-    times_by_stage = {s: stages[s].times for s in stages}
-    timeline, first = (
-        step_timeline(
-            times_by_stage,
-            stages=plan.config.pp,
-            micro_batches=plan.config.grad_accum,
-            schedule=plan.config.schedule,
-            send_seconds=lambda s: send[s],
-            first_step=first_step,
-        )
-        for first_step in (False, True)
-    )
+    timeline, first = _timelines(plan.config, stages, send)
     return dataclasses.replace(plan, stages=stages, timeline=timeline, first_timeline=first)

@@ -33,8 +33,8 @@ from emulator.lifecycle import LAUNCHER_PID_ENV, Stopped, stop_on_signals
 from emulator.parallel.job import JobPlan
 from emulator.parallel.job_report import JobReporter
 from emulator.parallel.nodes import NodeTargets, single_node
-from emulator.parallel.plan import RankPlace
 from emulator.parallel.plan_file import JOB_ID_ENV, JOB_PLAN_ENV, RANKS_ENV, plan_document, write_plan
+from emulator.parallel.ranks import RankPlace
 from emulator.parallel.rendezvous import (
     JobAborted,
     LocalRendezvous,
@@ -222,37 +222,12 @@ def _launch(
         return 1
     workdir = Path(tempfile.mkdtemp(prefix="neuron-emulator-job-"))
     plan_path = workdir / "plan.json"
-    reporter = JobReporter(rdzv.job_id, targets, plan)
-    # wall clock <-> this host's monotonic clock (the ranks' times); the store carries wall times
-    offset = time.time() - time.monotonic()
     try:
         write_plan(plan_document(plan, steps=steps, models=models, compile_seconds=compile_seconds), plan_path)
         for group in ranks.groups:
-            place = group[0]
-            log = workdir / f"rank{place.rank}.log"
+            log = workdir / f"rank{group[0].rank}.log"
             ranks.logs.append(log)
-            cores = [p.core for p in group]
-            tag = f"{plan.model}-rank{place.rank}" + (f"-{group[-1].rank}" if len(group) > 1 else "")
-            rank_env = {
-                **env,
-                JOB_PLAN_ENV: str(plan_path),
-                JOB_ID_ENV: rdzv.job_id,
-                RANKS_ENV: ",".join(str(p.rank) for p in group),
-                "NEURON_EMULATOR_ADDR": targets.addresses[place.node],
-                "RANK": str(place.rank),
-                "LOCAL_RANK": str(place.core),
-                "GROUP_RANK": str(place.node),
-                "WORLD_SIZE": str(plan.config.world),
-                "LOCAL_WORLD_SIZE": str(plan.config.ranks_per_node),
-                "NEURON_RT_VISIBLE_CORES": ",".join(map(str, cores)),
-                "NEURON_PROCESS_TAG": env.get("NEURON_PROCESS_TAG") or tag,
-                LAUNCHER_PID_ENV: str(os.getpid()),
-            }
-            if targets.distributed:
-                rank_env.update(MASTER_ADDR=targets.master_addr, MASTER_PORT=str(targets.master_port))
-            rank_env.pop("NEURON_RT_NUM_CORES", None)
-            if len(group) > 1:  # LOCAL_RANK would pick one core of the visible ones (core_spec.py)
-                del rank_env["LOCAL_RANK"]
+            rank_env = _rank_env(plan, group, env, targets, job_id=rdzv.job_id, plan_path=plan_path)
             with open(log, "w") as err:
                 ranks.procs.append(
                     subprocess.Popen(
@@ -270,27 +245,8 @@ def _launch(
             _kill_all(ranks.procs)
             report_error(message)
             return 1
-        t0 = rdzv.start() - offset
-        ranks.send(repr(t0))
-        start = t0 + compile_seconds
-        patience = peer_timeout()
-        for step in range(1, steps + 1):
-            ends = ranks.collect(step)
-            end = rdzv.step_end(step, max(ends.values()) + offset, patience) - offset
-            reporter.step(step, start, end, ends)
-            on_step(step, end - start)
-            if step < steps:
-                ranks.send(f"go {end!r}")
-            start = end
-        deadline = time.monotonic() + 10
-        while any(p.poll() is None for p in ranks.procs) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        codes = [p.poll() or 0 for p in ranks.procs]
-        if any(codes):
-            report_error(_first_error(ranks.logs) or f"a rank exited with status {max(codes)}")
-            return 1
-        rdzv.close()
-        return 0
+        _run_steps(plan, ranks, rdzv, targets, steps=steps, compile_seconds=compile_seconds, on_step=on_step)
+        return _finish(ranks, rdzv)
     except _RankLost as lost:
         cause = _first_error(ranks.logs) or _exit_text(lost.group, lost.code)
         rdzv.abort(cause)
@@ -306,6 +262,77 @@ def _launch(
         for path in [*ranks.logs, plan_path]:
             path.unlink(missing_ok=True)
         workdir.rmdir()
+
+
+def _rank_env(
+    plan: JobPlan, group: list[RankPlace], env: dict[str, str], targets: NodeTargets, *, job_id: str, plan_path: Path
+) -> dict[str, str]:
+    """The environment of the replay process driving ``group`` (torchrun's variables, its cores)."""
+    place = group[0]
+    tag = f"{plan.model}-rank{place.rank}" + (f"-{group[-1].rank}" if len(group) > 1 else "")
+    rank_env = {
+        **env,
+        JOB_PLAN_ENV: str(plan_path),
+        JOB_ID_ENV: job_id,
+        RANKS_ENV: ",".join(str(p.rank) for p in group),
+        "NEURON_EMULATOR_ADDR": targets.addresses[place.node],
+        "RANK": str(place.rank),
+        "LOCAL_RANK": str(place.core),
+        "GROUP_RANK": str(place.node),
+        "WORLD_SIZE": str(plan.config.world),
+        "LOCAL_WORLD_SIZE": str(plan.config.ranks_per_node),
+        "NEURON_RT_VISIBLE_CORES": ",".join(str(p.core) for p in group),
+        "NEURON_PROCESS_TAG": env.get("NEURON_PROCESS_TAG") or tag,
+        LAUNCHER_PID_ENV: str(os.getpid()),
+    }
+    if targets.distributed:
+        rank_env.update(MASTER_ADDR=targets.master_addr, MASTER_PORT=str(targets.master_port))
+    rank_env.pop("NEURON_RT_NUM_CORES", None)
+    if len(group) > 1:  # LOCAL_RANK would pick one core of the visible ones (core_spec.py)
+        del rank_env["LOCAL_RANK"]
+    return rank_env
+
+
+def _run_steps(
+    plan: JobPlan,
+    ranks: _Ranks,
+    rdzv: Rendezvous,
+    targets: NodeTargets,
+    *,
+    steps: int,
+    compile_seconds: float,
+    on_step: Callable[[int, float], None],
+) -> None:
+    """Start the ranks together and pace them step by step, each step ending when the slowest
+    rank of every node has ended it."""
+    reporter = JobReporter(rdzv.job_id, targets, plan)
+    # wall clock <-> this host's monotonic clock (the ranks' times); the store carries wall times
+    offset = time.time() - time.monotonic()
+    t0 = rdzv.start() - offset
+    ranks.send(repr(t0))
+    start = t0 + compile_seconds
+    patience = peer_timeout()
+    for step in range(1, steps + 1):
+        ends = ranks.collect(step)
+        end = rdzv.step_end(step, max(ends.values()) + offset, patience) - offset
+        reporter.step(step, start, end, ends)
+        on_step(step, end - start)
+        if step < steps:
+            ranks.send(f"go {end!r}")
+        start = end
+
+
+def _finish(ranks: _Ranks, rdzv: Rendezvous) -> int:
+    """Wait (10 s at most) for the ranks to exit; 1 with the first error if one failed."""
+    deadline = time.monotonic() + 10
+    while any(p.poll() is None for p in ranks.procs) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    codes = [p.poll() or 0 for p in ranks.procs]
+    if any(codes):
+        report_error(_first_error(ranks.logs) or f"a rank exited with status {max(codes)}")
+        return 1
+    rdzv.close()
+    return 0
 
 
 def _exit_text(group: list[RankPlace], code: int) -> str:
@@ -331,8 +358,7 @@ def _fail_job(ranks: _Ranks, cause: str) -> int:
             by_node.setdefault(place.node, []).append(place.rank)
     for node, members in sorted(by_node.items()):
         report_error(
-            f"node {node}: {len(members)} rank(s) ({_span(members)}) stopped with NRT_TIMEOUT "
-            "in their next collective"
+            f"node {node}: {len(members)} rank(s) ({_span(members)}) stopped with NRT_TIMEOUT in their next collective"
         )
     return 1
 

@@ -1,276 +1,142 @@
-"""Tensor-parallel building blocks with Megatron-LM / neuronx-distributed semantics.
+"""Tensor-parallel layers with Megatron-LM / neuronx-distributed semantics, written once.
 
-Every layer here is one rank's shard: the tensor-parallel size and rank and the
-sequence-parallel flag come from :func:`emulator.parallel.comm.state` when the layer is built
-(shapes) and when it runs (collectives). The collectives go through
-:mod:`emulator.parallel.comm` with group ``"tp"``: recorded for the cost model on ``meta``, the
-identity when the group has one rank. With ``tp == 1`` every layer runs exactly the plain PyTorch
-ops (``F.linear``, ``F.embedding``, ``F.cross_entropy``), no mapping in between.
+Every layer here is one rank's shard: the tensor-parallel size and rank come from
+:func:`emulator.parallel.comm.state` when the layer is built (shapes) and when it runs
+(collectives, through the mappings of :mod:`emulator.parallel.mappings`). Sequence parallelism is
+the layer's own ``sequence_parallel_enabled`` (neuronx-distributed's argument), or — ``None``,
+the default — the job's setting when the layer runs. With ``tp == 1`` every layer runs exactly
+the plain PyTorch ops (``F.linear``, ``F.embedding``, ``F.cross_entropy``), no mapping in between.
 
-The four mappings (autograd functions; Megatron's ``tensor_parallel/mappings.py``):
-
-=============================  ==========================  ==========================
-mapping                        forward                     backward
-=============================  ==========================  ==========================
-copy_to_tp_region              identity                    all-reduce
-reduce_from_tp_region          all-reduce                  identity
-gather_from_sp_region          all-gather (sequence dim)   reduce-scatter (sequence dim)
-reduce_scatter_to_sp_region    reduce-scatter (seq. dim)   all-gather (sequence dim)
-=============================  ==========================  ==========================
-
-plus two that move along the hidden (last) dimension for ``gather_output`` /
-``input_is_parallel=False``: gather_from_tp_region (all-gather / split) and scatter_to_tp_region
-(split / all-gather).
-
-Layout: under sequence parallelism the sequence is dimension 0 (Megatron's ``[s, b, h]``).
+Parameters carry neuronx-distributed's and Megatron's tags (``tensor_model_parallel``,
+``partition_dim``, ... ``sequence_parallel_enabled``; :mod:`emulator.parallel.partition`), which
+the gradient helpers at the end read. How the values are initialised is a :class:`ShardInit`:
+normal(0, 0.02) per shard (no values on ``meta``) for the model-scale workloads;
+neuronx-distributed's adapter (``emulator.compat.nxd_layers``) passes its own.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from emulator.parallel import comm
+from emulator.parallel.mappings import (
+    TP,
+    column_parallel_linear,
+    gather_from_tp_region,
+    reduce_from_tp_region,
+    reduce_scatter_to_sp_region,
+    scatter_to_tp_region,
+    sequence_parallel,
+    tp_rank,
+    tp_size,
+)
+from emulator.parallel.partition import (
+    divide,
+    is_sequence_parallel,
+    mark_sequence_parallel,
+    set_tensor_model_parallel_attributes,
+)
 
-TP = "tp"
 
+class ShardInit(Protocol):
+    """How a layer makes its parameters: this rank's slice of a weight, and a bias."""
 
-def tp_size() -> int:
-    return comm.state().tp
+    def weight(self, full_shape: tuple[int, int], partition_dim: int) -> nn.Parameter: ...
 
+    def bias(self, size: int, fan_in: int) -> nn.Parameter: ...
 
-def tp_rank() -> int:
-    return comm.state().tp_rank
 
+class NormalInit:
+    """The model-scale default: this rank's slice drawn from normal(0, 0.02) on the current
+    default device — no values on meta (a model-scale workload: no time spent making them) —
+    and zero biases."""
 
-def sequence_parallel() -> bool:
-    """Sequence parallelism is on (and means something: more than one tensor-parallel rank)."""
-    state = comm.state()
-    return state.sequence_parallel and state.tp > 1
+    def weight(self, full_shape: tuple[int, int], partition_dim: int) -> nn.Parameter:
+        shape = list(full_shape)
+        shape[partition_dim] //= tp_size()
+        w = torch.empty(*shape)
+        if not w.is_meta:
+            nn.init.normal_(w, std=0.02)
+        return nn.Parameter(w)
 
+    def bias(self, size: int, fan_in: int) -> nn.Parameter:
+        return nn.Parameter(torch.zeros(size))
 
-def divide(numerator: int, denominator: int, what: str) -> int:
-    """``numerator / denominator``, or a one-line ValueError naming ``what`` when it does not divide."""
-    if denominator < 1 or numerator % denominator:
-        raise ValueError(f"{what} {numerator} is not divisible by tensor-parallel size {denominator}")
-    return numerator // denominator
 
+def _shard(init: ShardInit, full_shape: tuple[int, int], partition_dim: int) -> nn.Parameter:
+    """This rank's slice of a weight, tagged as split along ``partition_dim``."""
+    weight = init.weight(full_shape, partition_dim)
+    set_tensor_model_parallel_attributes(weight, True, partition_dim, 1, tp_size())
+    return weight
 
-def _split(x: torch.Tensor, dim: int) -> torch.Tensor:
-    """This rank's ``1/tp`` slice of ``x`` along ``dim`` (no communication)."""
-    state = comm.state()
-    size = divide(x.shape[dim], state.tp, f"dimension {dim} of size")
-    return x.narrow(dim, state.tp_rank * size, size)
 
+def _resolve_sp(enabled: bool | None) -> bool:
+    """A layer's sequence-parallel flag: its own, or (None) the job's, which the layer then
+    follows when it runs."""
+    return comm.state().sequence_parallel if enabled is None else enabled
 
-# --------------------------------------------------------------------------------------------
-# Mappings
-# --------------------------------------------------------------------------------------------
 
+def _per_rank(size: int, what: str) -> int:
+    return divide(size, tp_size(), what, "tensor-parallel size")
 
-class _CopyToTP(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        return x
 
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        return comm.all_reduce(grad, TP)
+class _BiasOutput(nn.Module):
+    """The bias handling column- and row-parallel layers share: added in the product when it can
+    be, after the collective otherwise, or returned apart (``skip_bias_add``)."""
 
+    bias: nn.Parameter | None
+    skip_bias_add: bool
 
-class _ReduceFromTP(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        return comm.all_reduce(x, TP)
+    def _finish(self, out: torch.Tensor, bias_added: bool) -> Any:
+        if self.skip_bias_add:
+            return out, self.bias
+        return out if bias_added or self.bias is None else out + self.bias
 
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        return grad
 
-
-class _GatherFromSP(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, reduce_grad: bool) -> torch.Tensor:
-        ctx.reduce_grad = reduce_grad
-        return comm.all_gather(x, 0, TP)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        if ctx.reduce_grad:
-            return comm.reduce_scatter(grad, 0, TP), None
-        return _split(grad, 0), None
-
-
-class _ReduceScatterToSP(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        return comm.reduce_scatter(x, 0, TP)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        return comm.all_gather(grad, 0, TP)
-
-
-class _GatherFromTP(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        return comm.all_gather(x, x.dim() - 1, TP)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        return _split(grad, grad.dim() - 1)
-
-
-class _ScatterToTP(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        return _split(x, x.dim() - 1)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        return comm.all_gather(grad, grad.dim() - 1, TP)
-
-
-class _ScatterToSP(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        return _split(x, 0)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        return comm.all_gather(grad, 0, TP)
-
-
-def scatter_to_sp_region(x: torch.Tensor) -> torch.Tensor:
-    """Keep this rank's slice of the sequence (dim 0) forward, all-gather backward."""
-    return x if tp_size() == 1 else _ScatterToSP.apply(x)
-
-
-def copy_to_tp_region(x: torch.Tensor) -> torch.Tensor:
-    """Identity forward, all-reduce of the gradient backward (input of a column-parallel layer)."""
-    return x if tp_size() == 1 else _CopyToTP.apply(x)
-
-
-def reduce_from_tp_region(x: torch.Tensor) -> torch.Tensor:
-    """All-reduce forward, identity backward (output of a row-parallel layer)."""
-    return x if tp_size() == 1 else _ReduceFromTP.apply(x)
-
-
-def gather_from_sp_region(x: torch.Tensor, *, reduce_grad: bool = True) -> torch.Tensor:
-    """All-gather along the sequence (dim 0) forward; reduce-scatter backward, or only this
-    rank's slice of the gradient when ``reduce_grad`` is False (the consumer's gradient is
-    already complete on every rank: Megatron's ``tensor_parallel_output_grad=False``)."""
-    return x if tp_size() == 1 else _GatherFromSP.apply(x, reduce_grad)
-
-
-def reduce_scatter_to_sp_region(x: torch.Tensor) -> torch.Tensor:
-    """Reduce-scatter along the sequence (dim 0) forward, all-gather backward."""
-    return x if tp_size() == 1 else _ReduceScatterToSP.apply(x)
-
-
-def gather_from_tp_region(x: torch.Tensor) -> torch.Tensor:
-    """All-gather along the last dimension forward, keep this rank's slice backward."""
-    return x if tp_size() == 1 else _GatherFromTP.apply(x)
-
-
-def scatter_to_tp_region(x: torch.Tensor) -> torch.Tensor:
-    """Keep this rank's slice of the last dimension forward, all-gather backward."""
-    return x if tp_size() == 1 else _ScatterToTP.apply(x)
-
-
-# --------------------------------------------------------------------------------------------
-# Linear layers
-# --------------------------------------------------------------------------------------------
-
-
-class _LinearGatheredInput(torch.autograd.Function):
-    """Column-parallel linear under sequence parallelism (Megatron's
-    ``LinearWithGradAccumulationAndAsyncCommunication`` with ``sequence_parallel``; NxD does the
-    same): all-gather the ``[s/tp, ...]`` input along the sequence, multiply; keep only the local
-    input for backward, where it is all-gathered again for the weight gradient, and the input
-    gradient is reduce-scattered back to ``[s/tp, ...]``."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
-        return F.linear(comm.all_gather(x, 0, TP), weight, bias)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        x, weight = ctx.saved_tensors
-        need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        grad_x = grad_w = grad_b = None
-        if need_w:
-            total = comm.all_gather(x, 0, TP)  # the gathered input was not kept: gather it again
-            grad_w = grad.reshape(-1, grad.shape[-1]).t().matmul(total.reshape(-1, total.shape[-1]))
-        if need_x:
-            grad_x = comm.reduce_scatter(grad.matmul(weight), 0, TP)
-        if need_b and ctx.has_bias:
-            grad_b = grad.reshape(-1, grad.shape[-1]).sum(0)
-        return grad_x, grad_w, grad_b
-
-
-def sequence_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """A column-parallel product of a ``[s/tp, ...]`` input: all-gathered along the sequence
-    forward, the input gradient reduce-scattered back backward (:class:`_LinearGatheredInput`)."""
-    return _LinearGatheredInput.apply(x, weight, bias)
-
-
-def enter_tp_region(x: torch.Tensor) -> torch.Tensor:
-    """The input of column-parallel layers as they all see it: the full tensor (all-gathered
-    along the sequence under sequence parallelism, else a copy whose gradient is all-reduced)."""
-    return gather_from_sp_region(x) if sequence_parallel() else copy_to_tp_region(x)
-
-
-def column_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``x`` replicated (``[s/tp, ...]`` under sequence parallelism) times this rank's rows of
-    ``weight``: the first half of a Megatron MLP/attention block. Also the LM head over a tied
-    vocab-parallel embedding."""
-    if tp_size() == 1:
-        return F.linear(x, weight, bias)
-    if sequence_parallel():
-        return _LinearGatheredInput.apply(x, weight, bias)
-    return F.linear(copy_to_tp_region(x), weight, bias)
-
-
-def _empty_weight(*shape: int) -> nn.Parameter:
-    """A parameter of ``shape`` on the current default device; normal(0, 0.02) unless on meta
-    (a model-scale workload: no values, and no time spent making them)."""
-    w = torch.empty(*shape)
-    if not w.is_meta:
-        nn.init.normal_(w, std=0.02)
-    return nn.Parameter(w)
-
-
-def _zeros(*shape: int) -> nn.Parameter:
-    return nn.Parameter(torch.zeros(*shape))
-
-
-class ColumnParallelLinear(nn.Module):
+class ColumnParallelLinear(_BiasOutput):
     """``Y = X A^T + b`` with ``A`` split by rows (output features): this rank holds
-    ``weight [out/tp, in]`` and ``bias [out/tp]`` and produces ``[..., out/tp]`` (all of
-    ``out`` with ``gather_output=True``, not allowed under sequence parallelism)."""
+    ``weight [out/tp, in]`` and ``bias [out/tp]`` and produces ``[..., out/tp]`` (all of ``out``
+    with ``gather_output=True``, where the bias is whole and added after the gather; not allowed
+    under sequence parallelism). ``sequence_parallel_enabled=None`` follows the job's setting."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, gather_output: bool = False) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        output_size: int,
+        bias: bool = True,
+        gather_output: bool = False,
+        *,
+        sequence_parallel_enabled: bool | None = None,
+        skip_bias_add: bool = False,
+        init: ShardInit | None = None,
+    ) -> None:
         super().__init__()
-        tp = tp_size()
-        if gather_output and sequence_parallel():
+        sp = _resolve_sp(sequence_parallel_enabled)
+        if gather_output and sp:
             raise ValueError("ColumnParallelLinear: gather_output is not supported with sequence parallelism")
-        self.in_features = in_features
-        self.out_features = out_features
-        self.out_per_rank = divide(out_features, tp, "ColumnParallelLinear output size")
-        self.gather_output = gather_output
-        self.weight = _empty_weight(self.out_per_rank, in_features)
-        self.bias = _zeros(self.out_per_rank) if bias else None
-        if self.bias is not None:
-            self.bias.tensor_parallel = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
-        self.weight.tensor_parallel = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
+        init = init or NormalInit()
+        self.input_size, self.output_size = input_size, output_size
+        self.output_size_per_partition = _per_rank(output_size, "ColumnParallelLinear output size")
+        self.gather_output, self.skip_bias_add = gather_output, skip_bias_add
+        self.sequence_parallel_enabled = sequence_parallel_enabled
+        self.weight = _shard(init, (output_size, input_size), 0)
+        self.bias = None
+        if bias:
+            self.bias = init.bias(output_size if gather_output else self.output_size_per_partition, input_size)
+            if not gather_output:
+                set_tensor_model_parallel_attributes(self.bias, True, 0, 1, tp_size())
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = column_parallel_linear(x, self.weight, self.bias)
-        return gather_from_tp_region(out) if self.gather_output else out
+    def forward(self, x: torch.Tensor) -> Any:
+        fused = not (self.gather_output or self.skip_bias_add)  # the bias goes in the product
+        out = column_parallel_linear(x, self.weight, self.bias if fused else None, self.sequence_parallel_enabled)
+        if self.gather_output:
+            out = gather_from_tp_region(out)
+        return self._finish(out, fused)
 
     def local_forward(self, x: torch.Tensor) -> torch.Tensor:
         """The shard's product alone, for an input already in the tensor-parallel region
@@ -278,41 +144,56 @@ class ColumnParallelLinear(nn.Module):
         return F.linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
-        return f"in={self.in_features}, out={self.out_features} ({self.out_per_rank} per rank)"
+        return f"in={self.input_size}, out={self.output_size} ({self.output_size_per_partition} per rank)"
 
 
-class RowParallelLinear(nn.Module):
+class RowParallelLinear(_BiasOutput):
     """``Y = X A^T + b`` with ``A`` split by columns (input features): this rank holds
     ``weight [out, in/tp]`` and a full ``bias [out]`` (added once, after the reduction). The
     partial products are all-reduced, or reduce-scattered along the sequence (dim 0) under
-    sequence parallelism."""
+    sequence parallelism — where the bias is applied to a slice of the sequence and tagged
+    ``sequence_parallel_enabled``. ``reduce_output=False`` leaves the partial products as they are."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, input_is_parallel: bool = True) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        output_size: int,
+        bias: bool = True,
+        input_is_parallel: bool = True,
+        *,
+        sequence_parallel_enabled: bool | None = None,
+        skip_bias_add: bool = False,
+        reduce_output: bool = True,
+        init: ShardInit | None = None,
+    ) -> None:
         super().__init__()
-        tp = tp_size()
-        if not input_is_parallel and sequence_parallel():
+        sp = _resolve_sp(sequence_parallel_enabled)
+        if sp and not input_is_parallel:
             raise ValueError("RowParallelLinear: sequence parallelism needs input_is_parallel=True")
-        self.in_features = in_features
-        self.out_features = out_features
-        self.in_per_rank = divide(in_features, tp, "RowParallelLinear input size")
-        self.input_is_parallel = input_is_parallel
-        self.weight = _empty_weight(out_features, self.in_per_rank)
-        self.weight.tensor_parallel = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
-        self.bias = _zeros(out_features) if bias else None
-        if self.bias is not None and sequence_parallel():
-            self.bias.sequence_parallel = True  # type: ignore[attr-defined]  # grads partial per rank
+        init = init or NormalInit()
+        self.input_size, self.output_size = input_size, output_size
+        self.input_size_per_partition = _per_rank(input_size, "RowParallelLinear input size")
+        self.input_is_parallel, self.sequence_parallel_enabled = input_is_parallel, sequence_parallel_enabled
+        self.skip_bias_add, self.reduce_output = skip_bias_add, reduce_output
+        self.weight = _shard(init, (output_size, input_size), 1)
+        self.bias = None
+        if bias:
+            self.bias = init.bias(output_size, self.input_size_per_partition)
+            mark_sequence_parallel(self.bias, sp)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if tp_size() == 1:
+    def forward(self, x: torch.Tensor) -> Any:
+        if tp_size() == 1 and not self.skip_bias_add:
             return F.linear(x, self.weight, self.bias)
         if not self.input_is_parallel:
             x = scatter_to_tp_region(x)
-        partial = F.linear(x, self.weight)
-        out = reduce_scatter_to_sp_region(partial) if sequence_parallel() else reduce_from_tp_region(partial)
-        return out if self.bias is None else out + self.bias
+        out = F.linear(x, self.weight)
+        if self.reduce_output:
+            sp = sequence_parallel(self.sequence_parallel_enabled)
+            out = reduce_scatter_to_sp_region(out) if sp else reduce_from_tp_region(out)
+        return self._finish(out, False)
 
     def extra_repr(self) -> str:
-        return f"in={self.in_features} ({self.in_per_rank} per rank), out={self.out_features}"
+        return f"in={self.input_size} ({self.input_size_per_partition} per rank), out={self.output_size}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -324,28 +205,48 @@ class VocabParallelEmbedding(nn.Module):
     """Embedding table split by vocabulary rows: this rank holds rows
     ``[rank * V/tp, (rank + 1) * V/tp)``. Ids outside the range look up row 0 and are zeroed,
     then the partial embeddings are all-reduced — or reduce-scattered along dim 0 under
-    sequence parallelism, so give ids as ``[s, b]`` there."""
+    sequence parallelism, so give ids as ``[s, b]`` there. The ``padding_idx`` row starts at zero
+    and gets no gradient, on the rank that holds it."""
 
-    def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        *,
+        sequence_parallel_enabled: bool | None = None,
+        init: ShardInit | None = None,
+    ) -> None:
         super().__init__()
-        tp = tp_size()
-        self.num_embeddings = num_embeddings
-        self.embedding_dim = embedding_dim
-        self.per_rank = divide(num_embeddings, tp, "vocabulary size")
-        self.start = tp_rank() * self.per_rank
-        self.weight = _empty_weight(self.per_rank, embedding_dim)
-        self.weight.tensor_parallel = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.num_embeddings_per_partition = _per_rank(num_embeddings, "vocabulary size")
+        self.start = tp_rank() * self.num_embeddings_per_partition
+        self.padding_idx, self.sequence_parallel_enabled = padding_idx, sequence_parallel_enabled
+        self.weight = _shard(init or NormalInit(), (num_embeddings, embedding_dim), 0)
+        local_padding = self._local_padding()
+        if local_padding is not None:
+            with torch.no_grad():
+                self.weight[local_padding].zero_()
+
+    def _local_padding(self) -> int | None:
+        """The padding row's index in this rank's shard (None: no padding, or another rank's row)."""
+        if self.padding_idx is None:
+            return None
+        local = self.padding_idx - self.start
+        return local if 0 <= local < self.num_embeddings_per_partition else None
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         if tp_size() == 1:
-            return F.embedding(ids, self.weight)
-        outside = (ids < self.start) | (ids >= self.start + self.per_rank)
+            return F.embedding(ids, self.weight, self.padding_idx)
+        outside = (ids < self.start) | (ids >= self.start + self.num_embeddings_per_partition)
         local = (ids - self.start).masked_fill(outside, 0)
-        partial = F.embedding(local, self.weight).masked_fill(outside.unsqueeze(-1), 0.0)
-        return reduce_scatter_to_sp_region(partial) if sequence_parallel() else reduce_from_tp_region(partial)
+        partial = F.embedding(local, self.weight, self._local_padding()).masked_fill(outside.unsqueeze(-1), 0.0)
+        if sequence_parallel(self.sequence_parallel_enabled):
+            return reduce_scatter_to_sp_region(partial)
+        return reduce_from_tp_region(partial)
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim} ({self.per_rank} rows per rank)"
+        return f"{self.num_embeddings}, {self.embedding_dim} ({self.num_embeddings_per_partition} rows per rank)"
 
 
 class _VocabParallelCrossEntropy(torch.autograd.Function):
@@ -404,17 +305,18 @@ def vocab_parallel_cross_entropy(
 # --------------------------------------------------------------------------------------------
 
 
-def sequence_parallel_parameters(module: nn.Module) -> list[nn.Parameter]:
+def sequence_parallel_parameters(params: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     """Replicated parameters used on sequence slices (norms, row-parallel biases, ... under
-    sequence parallelism): each rank's gradient is partial and must be all-reduced over ``tp``
-    before the optimizer step (Megatron's ``allreduce_sequence_parallel_gradients``)."""
-    return [p for p in module.parameters() if getattr(p, "sequence_parallel", False)]
+    sequence parallelism; tagged ``sequence_parallel_enabled``): each rank's gradient is partial
+    and must be all-reduced over ``tp`` before the optimizer step (Megatron's
+    ``allreduce_sequence_parallel_gradients``)."""
+    return [p for p in params if is_sequence_parallel(p)]
 
 
-def allreduce_sequence_parallel_grads(module: nn.Module) -> None:
+def allreduce_sequence_parallel_grads(params: Iterable[torch.Tensor]) -> None:
     """One coalesced all-reduce over ``tp`` of the gradients of
     :func:`sequence_parallel_parameters` (the bytes of all of them, as Megatron flattens them)."""
-    grads = [p.grad for p in sequence_parallel_parameters(module) if p.grad is not None]
+    grads = [p.grad for p in sequence_parallel_parameters(params) if p.grad is not None]
     if not grads or tp_size() == 1:
         return
     flat = torch.cat([g.reshape(-1) for g in grads])
@@ -423,27 +325,3 @@ def allreduce_sequence_parallel_grads(module: nn.Module) -> None:
     for g in grads:
         g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()
-
-
-__all__ = [
-    "ColumnParallelLinear",
-    "RowParallelLinear",
-    "VocabParallelEmbedding",
-    "allreduce_sequence_parallel_grads",
-    "column_parallel_linear",
-    "copy_to_tp_region",
-    "divide",
-    "enter_tp_region",
-    "gather_from_sp_region",
-    "gather_from_tp_region",
-    "reduce_from_tp_region",
-    "reduce_scatter_to_sp_region",
-    "scatter_to_sp_region",
-    "scatter_to_tp_region",
-    "sequence_parallel",
-    "sequence_parallel_linear",
-    "sequence_parallel_parameters",
-    "tp_rank",
-    "tp_size",
-    "vocab_parallel_cross_entropy",
-]

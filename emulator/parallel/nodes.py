@@ -1,7 +1,7 @@
 """Which emulated instance each node of a multi-node job runs on (docs/multinode.md).
 
 A job of ``--nodes N`` puts its ranks ``i * R .. (i + 1) * R - 1`` (R ranks per node) on node
-``i`` (``plan.placements``). Where node ``i`` is:
+``i`` (the job's rank grid, ``emulator.parallel.ranks``). Where node ``i`` is:
 
 - **one host, an emulated cluster** (``neuron-emulator cluster up --nodes M``, M >= N): node ``i``
   is the cluster's node ``i``; its daemon address comes from the cluster's state file. One

@@ -1,7 +1,8 @@
 """A parallel training configuration and where its ranks sit on the emulated instance.
 
-Layout as Megatron-LM and neuronx-distributed lay it out (docs/parallel.md): tensor-parallel
-ranks are contiguous, then data-parallel, then pipeline stages (rank =
+Layout as Megatron-LM and neuronx-distributed lay it out (docs/parallel.md), answered by the
+config's :attr:`ParallelConfig.grid` (``emulator.parallel.ranks``): tensor-parallel ranks are
+contiguous, then data-parallel, then pipeline stages (rank =
 ``pp_rank * dp * tp + dp_rank * tp + tp_rank``), and rank ``r`` of a node runs on its NeuronCore
 ``r``. So a TP8 group on a trn1.32xlarge holds cores 0-7 (chips 0-3, one row of the torus) and a
 DP group of TP8xDP4 holds cores {0, 8, 16, 24} (a column): the collectives of each group use the
@@ -11,6 +12,8 @@ links that placement gives them (``emulator/costmodel/topology.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from emulator.parallel.ranks import RankGrid
 
 SCHEDULES = ("1f1b", "gpipe")
 
@@ -42,6 +45,11 @@ class ParallelConfig:
         return self.world // self.nodes
 
     @property
+    def grid(self) -> RankGrid:
+        """Where every rank sits (TP fastest, then DP, then PP; ``emulator.parallel.ranks``)."""
+        return RankGrid(tp=self.tp, dp=self.dp, pp=self.pp, ranks_per_node=self.ranks_per_node)
+
+    @property
     def grad_accum(self) -> int:
         """Micro-batches per optimizer step on each data-parallel rank."""
         return self.global_batch // (self.micro_batch * self.dp)
@@ -62,16 +70,6 @@ class ParallelConfig:
         if self.pp > 1:
             text += f", {self.schedule} schedule"
         return text + (", " + ", ".join(extras) if extras else "")
-
-
-@dataclass(frozen=True)
-class RankPlace:
-    rank: int
-    node: int
-    core: int  # NeuronCore on its node
-    tp_rank: int
-    pp_rank: int
-    dp_rank: int
 
 
 def make_config(
@@ -96,22 +94,7 @@ def make_config(
             raise ConfigError(f"{flag} {value}: expected a positive integer")
     if schedule not in SCHEDULES:
         raise ConfigError(f"--schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
-    cores = cores_per_node * nodes
-    if dp is None:
-        if cores % (tp * pp):
-            raise ConfigError(f"--tp {tp} x --pp {pp} = {tp * pp} does not divide the {cores} NeuronCores")
-        dp = cores // (tp * pp)
-    if dp < 1:
-        raise ConfigError(f"--dp {dp}: expected a positive integer")
-    world = tp * pp * dp
-    if world > cores:
-        raise ConfigError(f"--tp {tp} x --pp {pp} x --dp {dp} = {world} ranks, but there are {cores} NeuronCores")
-    if world % nodes:
-        raise ConfigError(f"{world} ranks do not split evenly over {nodes} nodes")
-    if nodes > 1 and world // nodes != cores_per_node:
-        raise ConfigError(f"a multi-node job fills every node: {world} ranks over {nodes} nodes of {cores_per_node}")
-    if tp > cores_per_node:
-        raise ConfigError(f"--tp {tp}: a tensor-parallel group stays inside one node ({cores_per_node} NeuronCores)")
+    dp = _fit_cores(cores_per_node, nodes, tp, pp, dp)
     if global_batch is None:
         global_batch = micro_batch * dp
     if global_batch < 1 or global_batch % (micro_batch * dp):
@@ -138,36 +121,22 @@ def make_config(
     )
 
 
-def placements(cfg: ParallelConfig) -> list[RankPlace]:
-    """Every rank's node, core and group indices (TP fastest, then DP, then PP)."""
-    out = []
-    per_node = cfg.ranks_per_node
-    for rank in range(cfg.world):
-        tp_rank = rank % cfg.tp
-        dp_rank = (rank // cfg.tp) % cfg.dp
-        pp_rank = rank // (cfg.tp * cfg.dp)
-        out.append(RankPlace(rank, rank // per_node, rank % per_node, tp_rank, pp_rank, dp_rank))
-    return out
-
-
-def groups(cfg: ParallelConfig, kind: str) -> list[list[int]]:
-    """The ranks of every replica group of ``kind`` (``tp``, ``dp`` or ``pp``), each in rank order."""
-    members: dict[tuple[int, int], list[int]] = {}
-    for p in placements(cfg):
-        if kind == "tp":
-            key = (p.pp_rank, p.dp_rank)
-        elif kind == "dp":
-            key = (p.pp_rank, p.tp_rank)
-        elif kind == "pp":
-            key = (p.dp_rank, p.tp_rank)
-        else:
-            raise ValueError(f"unknown replica group {kind!r} (tp, dp or pp)")
-        members.setdefault(key, []).append(p.rank)
-    return [members[k] for k in sorted(members)]
-
-
-def group_of(cfg: ParallelConfig, kind: str, rank: int) -> list[int]:
-    for g in groups(cfg, kind):
-        if rank in g:
-            return g
-    raise ValueError(f"rank {rank} is not in the job ({cfg.world} ranks)")
+def _fit_cores(cores_per_node: int, nodes: int, tp: int, pp: int, dp: int | None) -> int:
+    """The data-parallel size (by default every core filled), checked against the nodes' cores."""
+    cores = cores_per_node * nodes
+    if dp is None:
+        if cores % (tp * pp):
+            raise ConfigError(f"--tp {tp} x --pp {pp} = {tp * pp} does not divide the {cores} NeuronCores")
+        dp = cores // (tp * pp)
+    if dp < 1:
+        raise ConfigError(f"--dp {dp}: expected a positive integer")
+    world = tp * pp * dp
+    if world > cores:
+        raise ConfigError(f"--tp {tp} x --pp {pp} x --dp {dp} = {world} ranks, but there are {cores} NeuronCores")
+    if world % nodes:
+        raise ConfigError(f"{world} ranks do not split evenly over {nodes} nodes")
+    if nodes > 1 and world // nodes != cores_per_node:
+        raise ConfigError(f"a multi-node job fills every node: {world} ranks over {nodes} nodes of {cores_per_node}")
+    if tp > cores_per_node:
+        raise ConfigError(f"--tp {tp}: a tensor-parallel group stays inside one node ({cores_per_node} NeuronCores)")
+    return dp

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from emulator.costmodel import CostOptions, options_from_env
 from emulator.hardware.instance_types import InstanceType
-from emulator.parallel.comm import ParallelState
 from emulator.parallel.job import JobPlan, plan_job
 from emulator.parallel.plan import ConfigError, ParallelConfig, make_config
+from emulator.parallel.ranks import ParallelState
 
 if TYPE_CHECKING:
     from emulator.workloads.models.zoo import ModelSpec

@@ -110,18 +110,7 @@ def step_timeline(
     ``first_step`` the optimizer graph is ``optimizer_first`` (it also creates the state)."""
     optimizer = "optimizer_first" if first_step else "optimizer"
     if stages == 1:
-        graphs = times[0]
-        now = 0.0
-        row: list[Slot] = []
-        for i in range(micro_batches):
-            graph = "micro_step" if i == 0 else "micro_step_accumulate"
-            start = now + graphs[graph].host_seconds
-            now = start + graphs[graph].device_seconds
-            row.append(Slot(graph, i, start, now))
-        start = now + graphs[optimizer].host_seconds
-        row.append(Slot(optimizer, -1, start, start + graphs[optimizer].device_seconds))
-        timeline = StageTimeline(0, tuple(row), 1)
-        return StepTimeline((timeline,), timeline.end)
+        return _one_stage(times[0], micro_batches, optimizer)
 
     seqs = [order(schedule, s, stages, micro_batches) for s in range(stages)]
     pos = [0] * stages
@@ -135,14 +124,7 @@ def step_timeline(
             if pos[s] >= len(seqs[s]):
                 continue
             kind, i = seqs[s][pos[s]]
-            if kind == "F":
-                dep = 0.0 if s == 0 else done.get(("F", s - 1, i))
-                dep = dep if dep is None or s == 0 else dep + send_seconds(s - 1)
-                graph = "forward"
-            else:
-                dep = done.get(("F", s, i)) if s == stages - 1 else done.get(("B", s + 1, i))
-                dep = dep if dep is None or s == stages - 1 else dep + send_seconds(s)
-                graph = "backward" if i == 0 else "backward_accumulate"
+            graph, dep = _ready(kind, s, i, stages, done, send_seconds)
             if dep is None:
                 continue  # waits for another stage
             t = times[s][graph]
@@ -163,3 +145,37 @@ def step_timeline(
         slots[s].append(Slot(optimizer, -1, start, start + t.device_seconds))
         timelines.append(StageTimeline(s, tuple(slots[s]), _max_in_flight(seqs[s])))
     return StepTimeline(tuple(timelines), max(tl.end for tl in timelines))
+
+
+def _one_stage(graphs: Mapping[str, GraphTime], micro_batches: int, optimizer: str) -> StepTimeline:
+    """No pipeline: the micro-steps one after the other, then the optimizer graph."""
+    now = 0.0
+    row: list[Slot] = []
+    for i in range(micro_batches):
+        graph = "micro_step" if i == 0 else "micro_step_accumulate"
+        start = now + graphs[graph].host_seconds
+        now = start + graphs[graph].device_seconds
+        row.append(Slot(graph, i, start, now))
+    start = now + graphs[optimizer].host_seconds
+    row.append(Slot(optimizer, -1, start, start + graphs[optimizer].device_seconds))
+    timeline = StageTimeline(0, tuple(row), 1)
+    return StepTimeline((timeline,), timeline.end)
+
+
+def _ready(
+    kind: str,
+    s: int,
+    i: int,
+    stages: int,
+    done: Mapping[tuple[str, int, int], float],
+    send_seconds: Callable[[int], float],
+) -> tuple[str, float | None]:
+    """The graph of pass ``kind`` (F/B) of micro-batch ``i`` on stage ``s`` and when its input is
+    there: the previous stage's forward plus the send, the next stage's backward plus the send
+    (the last stage's backward follows its own forward); None while that has not run."""
+    if kind == "F":
+        dep = 0.0 if s == 0 else done.get(("F", s - 1, i))
+        return "forward", dep if dep is None or s == 0 else dep + send_seconds(s - 1)
+    dep = done.get(("F", s, i)) if s == stages - 1 else done.get(("B", s + 1, i))
+    graph = "backward" if i == 0 else "backward_accumulate"
+    return graph, dep if dep is None or s == stages - 1 else dep + send_seconds(s)

@@ -35,7 +35,8 @@ from emulator.capture.recorder import Recorder
 from emulator.costmodel import CostOptions, compile_cost, cost_graph, runtime_model_code_overhead_bytes
 from emulator.hardware.neuroncore_v2 import NeuronCoreV2Spec
 from emulator.parallel import comm
-from emulator.parallel.comm import CollectiveCall, ParallelState, RecordingCommunicator
+from emulator.parallel.comm import CollectiveCall, RecordingCommunicator
+from emulator.parallel.ranks import ParallelState
 from emulator.runtime.compile_cache import graph_hash
 from emulator.runtime.memory import MemoryLedger
 
@@ -197,6 +198,73 @@ def _allocated(ledger: MemoryLedger) -> int:
     return usage.constants + usage.tensors
 
 
+@dataclass
+class _StageRun:
+    """One stage's module on the device and what its steps record into."""
+
+    module: nn.Module
+    capture: _Capture
+    ledger: MemoryLedger
+    recording: RecordingCommunicator
+    state: ParallelState
+    dtype: str
+    send_bytes: int = 0  # the activation sent to the next stage per micro-batch
+
+    @property
+    def params(self) -> list[nn.Parameter]:
+        return [p for p in self.module.parameters() if p.requires_grad]
+
+    def micro_step(self, inputs: StageInputs, first: bool) -> tuple[int, int]:
+        """One micro-batch; returns (activation bytes kept for backward, transient peak above them)."""
+        capture, recording, state = self.capture, self.recording, self.state
+        pipelined = state.pp > 1
+        # float inputs (images, a received activation) arrive in the training dtype, as the
+        # workloads' loop casts them (emulator/workloads/runner.py)
+        dtype = TORCH_DTYPES[self.dtype]
+        batch = [_to_device(t.to(dtype) if t.is_floating_point() else t) for t in inputs(self.module)]
+        if not state.first_stage:
+            capture.discard(recording)  # the received activation arrives by the pipeline send
+        base = _allocated(self.ledger)
+        self.ledger.peak = 0
+        out = self.module(*batch)
+        if pipelined:
+            if not state.last_stage:
+                self.send_bytes = out.numel() * out.element_size()
+            capture.cut("forward", recording)
+        kept = _allocated(self.ledger) - base
+        if state.last_stage:
+            out.backward()
+        else:
+            out.backward(torch.empty_like(out))
+        name = "micro_step" if first else "micro_step_accumulate"
+        if pipelined:
+            name = "backward" if first else "backward_accumulate"
+        capture.cut(name, recording)
+        peak = max(0, self.ledger.peak - self.ledger.fixed_bytes() - base - kept)
+        del out, batch
+        return kept, peak
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, name: str, zero1: bool, grad_bytes: int) -> None:
+        """The data-parallel reduction, global-norm clipping and AdamW, cut as graph ``name``."""
+        params, state = self.params, self.state
+        if state.dp > 1:
+            numel = grad_bytes // params[0].element_size()
+            if zero1:  # ZeRO-1: the bucket is padded to split evenly; each rank reduces only its 1/dp
+                flat = params[0].new_empty(math.ceil(numel / state.dp) * state.dp)  # an allocation, no op
+                comm.reduce_scatter(flat, 0, "dp")
+            else:
+                flat = params[0].new_empty(numel)
+                comm.all_reduce(flat, "dp")
+            del flat
+        if state.tp > 1:  # the global gradient norm sums the shards' squared norms (Megatron)
+            comm.all_reduce(params[0].new_empty(1, dtype=torch.float32), "tp")
+        torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"] if zero1 else params, 1.0)
+        optimizer.step()
+        if zero1 and state.dp > 1:  # the updated shards are gathered back into every replica
+            comm.all_gather(params[0].new_empty(math.ceil(grad_bytes / params[0].element_size() / state.dp)), 0, "dp")
+        self.capture.cut(name, self.recording)
+
+
 def _trace(
     build: BuildStage,
     inputs: StageInputs,
@@ -215,75 +283,22 @@ def _trace(
     module.to(device_tensor.DEVICE)  # the shard's weights are allocated on the core here
     capture.discard(recording)  # loading weights is not a step
     weights = _allocated(ledger)
-    params = [p for p in module.parameters() if p.requires_grad]
-    parameters = sum(p.numel() for p in params)
-    pipelined = state.pp > 1
-    send_bytes = 0
+    run = _StageRun(module, capture, ledger, recording, state, dtype)
+    params = run.params
 
-    def micro_step(first: bool) -> tuple[int, int]:
-        """One micro-batch; returns (activation bytes kept for backward, transient peak above them)."""
-        nonlocal send_bytes
-        # float inputs (images, a received activation) arrive in the training dtype, as the
-        # workloads' loop casts them (emulator/workloads/runner.py)
-        batch = [_to_device(t.to(TORCH_DTYPES[dtype]) if t.is_floating_point() else t) for t in inputs(module)]
-        if not state.first_stage:
-            capture.discard(recording)  # the received activation arrives by the pipeline send
-        base = _allocated(ledger)
-        ledger.peak = 0
-        out = module(*batch)
-        if pipelined:
-            if not state.last_stage:
-                send_bytes = out.numel() * out.element_size()
-            capture.cut("forward", recording)
-        kept = _allocated(ledger) - base
-        if state.last_stage:
-            out.backward()
-        else:
-            out.backward(torch.empty_like(out))
-        name = "micro_step" if first else "micro_step_accumulate"
-        if pipelined:
-            name = "backward" if first else "backward_accumulate"
-        capture.cut(name, recording)
-        peak = max(0, ledger.peak - ledger.fixed_bytes() - base - kept)
-        del out, batch
-        return kept, peak
-
-    activations, transient = micro_step(first=True)
+    activations, transient = run.micro_step(inputs, first=True)
     gradients = _allocated(ledger) - weights
     if grad_accum > 1:
-        a2, t2 = micro_step(first=False)
+        a2, t2 = run.micro_step(inputs, first=False)
         activations, transient = max(activations, a2), max(transient, t2)
     before_optimizer = _allocated(ledger)
 
-    grads = [p.grad for p in params if p.grad is not None]
-    grad_bytes = sum(g.numel() * g.element_size() for g in grads)
-    if zero1:
-        shards = [_shard(p, state.dp) for p in params]
-        optimizer = torch.optim.AdamW(shards, lr=lr, foreach=True)
-    else:
-        optimizer = torch.optim.AdamW(params, lr=lr, foreach=True)
-
-    def optimizer_step(name: str) -> None:
-        if state.dp > 1:
-            numel = grad_bytes // params[0].element_size()
-            if zero1:  # ZeRO-1: the bucket is padded to split evenly; each rank reduces only its 1/dp
-                flat = params[0].new_empty(math.ceil(numel / state.dp) * state.dp)  # an allocation, no op
-                comm.reduce_scatter(flat, 0, "dp")
-            else:
-                flat = params[0].new_empty(numel)
-                comm.all_reduce(flat, "dp")
-            del flat
-        if state.tp > 1:  # the global gradient norm sums the shards' squared norms (Megatron)
-            comm.all_reduce(params[0].new_empty(1, dtype=torch.float32), "tp")
-        torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"] if zero1 else params, 1.0)
-        optimizer.step()
-        if zero1 and state.dp > 1:  # the updated shards are gathered back into every replica
-            comm.all_gather(params[0].new_empty(math.ceil(grad_bytes / params[0].element_size() / state.dp)), 0, "dp")
-        capture.cut(name, recording)
-
-    optimizer_step("optimizer_first")
+    grad_bytes = sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
+    shards = [_shard(p, state.dp) for p in params] if zero1 else params
+    optimizer = torch.optim.AdamW(shards, lr=lr, foreach=True)
+    run.optimizer_step(optimizer, "optimizer_first", zero1, grad_bytes)
     optimizer_bytes = _allocated(ledger) - before_optimizer
-    optimizer_step("optimizer")
+    run.optimizer_step(optimizer, "optimizer", zero1, grad_bytes)
     memory = StageMemory(
         weights=weights,
         gradients=max(0, gradients),
@@ -295,7 +310,8 @@ def _trace(
         runtime=ledger.runtime_memory,
         capacity=ledger.capacity,
     )
-    return StageProgram(state.pp_rank, capture.graphs, memory, send_bytes, parameters)
+    parameters = sum(p.numel() for p in params)
+    return StageProgram(state.pp_rank, capture.graphs, memory, run.send_bytes, parameters)
 
 
 def _shard(p: torch.Tensor, dp: int) -> nn.Parameter:

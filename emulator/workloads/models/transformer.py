@@ -31,14 +31,17 @@ from emulator.parallel.layers import (
     ColumnParallelLinear,
     RowParallelLinear,
     VocabParallelEmbedding,
+    vocab_parallel_cross_entropy,
+)
+from emulator.parallel.mappings import (
     column_parallel_linear,
     enter_tp_region,
     gather_from_sp_region,
     sequence_parallel,
     tp_rank,
     tp_size,
-    vocab_parallel_cross_entropy,
 )
+from emulator.parallel.partition import mark_sequence_parallel, set_tensor_model_parallel_attributes
 
 if TYPE_CHECKING:
     from emulator.workloads.models.zoo import ModelSpec
@@ -57,7 +60,7 @@ def _mark_sequence_parallel(module: nn.Module) -> None:
     """Parameters applied to sequence slices: each rank's gradient is partial under SP."""
     if sequence_parallel():
         for p in module.parameters():
-            p.sequence_parallel = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
+            mark_sequence_parallel(p)
 
 
 class Linear(nn.Module):
@@ -301,7 +304,7 @@ class TokenEmbedding(nn.Module):
         if sequence_parallel():
             for p in (self.position, self.token_type):
                 if p is not None:
-                    p.sequence_parallel = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
+                    mark_sequence_parallel(p)
 
     def forward(self, ids: torch.Tensor, token_types: torch.Tensor | None = None) -> torch.Tensor:
         x = self.word(ids.t())  # ids [b, s] -> [s, b, h] (sequence first)
@@ -355,7 +358,7 @@ class LMHead(nn.Module):
             if tied_weight is None:  # a separate last stage: its copy of the first stage's embedding
                 tied_weight = _weight(vocab // tp_size(), spec.hidden)
                 tied_weight.shared_embedding = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
-                tied_weight.tensor_parallel = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
+                set_tensor_model_parallel_attributes(tied_weight, True, 0, 1, tp_size())
             self.weight = tied_weight
             self.output = None
         else:
@@ -380,10 +383,10 @@ class BertHeads(nn.Module):
         if tied_weight is None:
             tied_weight = _weight(vocab // tp_size(), spec.hidden)
             tied_weight.shared_embedding = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
-            tied_weight.tensor_parallel = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
+            set_tensor_model_parallel_attributes(tied_weight, True, 0, 1, tp_size())
         self.weight = tied_weight
         self.decoder_bias = nn.Parameter(torch.zeros(vocab // tp_size()))
-        self.decoder_bias.tensor_parallel = True  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
+        set_tensor_model_parallel_attributes(self.decoder_bias, True, 0, 1, tp_size())
         self.pooler = Linear(spec.hidden, spec.hidden)
         self.nsp = Linear(spec.hidden, 2)
 

@@ -5,7 +5,7 @@ Each :class:`ModelSpec` gives a full-size model's dimensions and where they come
 built on ``meta`` (shapes, no memory, no values) for the tensor-/pipeline-parallel place that
 :func:`emulator.parallel.comm.state` describes::
 
-    set_communicator(RecordingCommunicator(ParallelState(tp=8, pp=4, pp_rank=1, sequence_parallel=True)))
+    set_communicator(RecordingCommunicator(RankGrid(tp=8, pp=4).state_at(pp=1, sequence_parallel=True)))
     stage = build_stage(MODELS["gpt3-6.7b"], seq_len=2048, recompute=True)
     loss_or_activation = stage(*stage_inputs(MODELS["gpt3-6.7b"], stage, micro_batch=1, seq_len=2048))
 

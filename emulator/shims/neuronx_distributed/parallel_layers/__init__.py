@@ -6,7 +6,6 @@ from emulator.compat.nxd_layers import (
     ParallelEmbedding,
     RowParallelLinear,
     clip_grad_norm,
-    copy_tensor_model_parallel_attributes,
     copy_to_tensor_model_parallel_region,
     gather_from_tensor_model_parallel_region,
     model_parallel_xla_manual_seed,
@@ -14,11 +13,14 @@ from emulator.compat.nxd_layers import (
     parallel_cross_entropy,
     reduce_from_tensor_model_parallel_region,
     scatter_to_tensor_model_parallel_region,
+)
+from emulator.compat.nxd_state import initialize_model_parallel
+from emulator.parallel.partition import (
+    copy_tensor_model_parallel_attributes,
     set_defaults_if_not_set_tensor_model_parallel_attributes,
     set_tensor_model_parallel_attributes,
     split_tensor_along_last_dim,
 )
-from emulator.compat.nxd_state import initialize_model_parallel
 
 from . import checkpointing, grads, layers, loss_functions, mappings, parallel_state, random, utils
 from .checkpointing import load, save

@@ -2,11 +2,13 @@
 
 from emulator.compat.gaps import not_emulated
 from emulator.compat.nxd_layers import (
-    copy_tensor_model_parallel_attributes,
-    divide,
     get_local_world_size,
     move_model_to_device,
     param_is_not_tensor_parallel_duplicate,
+)
+from emulator.parallel.partition import (
+    copy_tensor_model_parallel_attributes,
+    divide,
     set_defaults_if_not_set_tensor_model_parallel_attributes,
     set_tensor_model_parallel_attributes,
     split_tensor_along_last_dim,

@@ -37,7 +37,10 @@ class RealCommunicator:
         self.state = state
 
     def _group(self, name: str) -> collectives.Group:
-        return collectives.group(self.state.group(name))
+        # the stage's other groups of this kind run the same collective at the same time: costed
+        # on the shared links as a replayed plan's is (docs/collectives.md)
+        siblings = self.state.grid.concurrent_groups(name, self.state.rank)
+        return collectives.group(self.state.group(name), siblings=siblings)
 
     def all_reduce(self, t: torch.Tensor, group: str, op: str) -> torch.Tensor:
         return self._group(group).all_reduce(t, op)

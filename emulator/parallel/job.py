@@ -237,7 +237,8 @@ def _stage_oom(config: ParallelConfig, stage: int, what: str) -> NeuronRuntimeEr
 def _stage_cost(
     program: StageProgram, stage: int, config: ParallelConfig, instance: InstanceType, places: list[RankPlace]
 ) -> StageCost:
-    stage_groups = {k: [g for g in config.grid.groups(k) if places[g[0]].pp_rank == stage] for k in ("tp", "dp")}
+    first = config.grid.rank_of(pp=stage)
+    stage_groups = {k: config.grid.concurrent_groups(k, first) for k in ("tp", "dp")}
 
     @cache
     def cost(call: CollectiveCall) -> CollectiveCost:

@@ -112,6 +112,13 @@ class RankGrid:
         mine = self.coords(rank)
         return [r for r in range(self.world) if all(self.coords(r)[a] == mine[a] for a in fixed)]
 
+    def concurrent_groups(self, token: str, rank: int) -> list[list[int]]:
+        """The groups of ``token`` that run their collectives at the same time as ``rank``'s: those
+        of its pipeline stage (stages run at different times). The cost model shares the links
+        among them (docs/collectives.md)."""
+        stage = self.coords(rank)["pp"]
+        return [g for g in self.groups(token) if self.coords(g[0])["pp"] == stage]
+
     def _fixed_axes(self, token: str) -> list[str]:
         """The axes a group of ``token`` keeps fixed (a ValueError for an unknown axis)."""
         varying = token.split("-")

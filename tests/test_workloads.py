@@ -16,16 +16,12 @@ import pytest
 import torch
 
 import emulator.xla as xm
+from emulator.cli import bench, workloads
+from emulator.cli import run as run_command
+from emulator.cli.training import add_training_arguments, config_from_args, with_auto_cast, worker_argv
 from emulator.workloads import MODEL_SCALE, REAL_MATH, WORKLOADS, get_workload
 from emulator.workloads import data as wdata
 from emulator.workloads.backend import CpuBackend, StepInfo
-from emulator.workloads.cli import (
-    add_subcommands,
-    add_training_arguments,
-    config_from_args,
-    with_auto_cast,
-    worker_argv,
-)
 from emulator.workloads.hbm import HbmPeak, core_totals
 from emulator.workloads.models.bert import BERT_LARGE, IGNORE_INDEX, BertMLM
 from emulator.workloads.models.gpt import GPT, GPT3_6_7B
@@ -44,7 +40,9 @@ class _OneLineParser(argparse.ArgumentParser):
 def _cli() -> tuple[argparse.ArgumentParser, dict]:
     parser = _OneLineParser(prog="neuron-emulator")
     sub = parser.add_subparsers(dest="command", parser_class=_OneLineParser)
-    handlers = add_subcommands(sub)
+    handlers = {}
+    for add in (run_command.add, workloads.add, bench.add):
+        handlers.update(add(sub))
     return parser, handlers
 
 
@@ -358,7 +356,8 @@ def test_auto_cast_replaces_the_compiler_flag() -> None:
 def test_workload_registry_is_torch_free() -> None:
     import subprocess
 
-    code = "import sys, emulator.workloads, emulator.workloads.cli; sys.exit('torch' in sys.modules)"
+    code = "import sys, emulator.workloads, emulator.cli, emulator.cli.run; emulator.cli.build_parser(); "
+    code += "sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
@@ -385,7 +384,7 @@ def test_launcher_passes_each_worker_error_once(capsys: pytest.CaptureFixture[st
         "--nproc-per-node",
         "2",
         "-m",
-        "emulator.workloads.worker",
+        "emulator.cli.worker",
         "mlp",
         "--steps",
         "3",

@@ -1,7 +1,7 @@
 """Built-in training workloads: models, data, the training loop and the ``run``/``workloads`` CLI.
 
-Real-math workloads are trained here for real on plain CPU (no daemon) and must learn; model-scale
-ones are checked for their exact size and a forward+backward on ``meta`` that touches no data.
+Real-math workloads are trained here for real on plain CPU (no daemon) and must learn; the
+model-scale ones are the zoo's, listed by the one registry (tests/test_model_zoo.py builds them).
 End-to-end runs through the daemon and torchrun are the integration suite's job.
 """
 
@@ -23,8 +23,7 @@ from emulator.workloads import MODEL_SCALE, REAL_MATH, WORKLOADS, get_workload
 from emulator.workloads import data as wdata
 from emulator.workloads.backend import CpuBackend, StepInfo
 from emulator.workloads.hbm import HbmPeak, core_totals
-from emulator.workloads.models.bert import BERT_LARGE, IGNORE_INDEX, BertMLM
-from emulator.workloads.models.gpt import GPT, GPT3_6_7B
+from emulator.workloads.models.bert import IGNORE_INDEX
 from emulator.workloads.progress import PlainLog, Quiet, log_interval
 from emulator.workloads.runner import RunConfig, RunResult, run, train
 from emulator.workloads.summary import summary_lines
@@ -103,58 +102,6 @@ def test_training_is_deterministic() -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# model scale on meta
-def _params(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
-def test_bert_large_size_and_shapes() -> None:
-    with torch.device("meta"):
-        model = BertMLM(BERT_LARGE)
-    assert 335_000_000 < _params(model) < 340_000_000
-    assert len(model.layers) == 24
-    assert model.words.weight.shape == (30522, 1024)
-    assert model.layers[0].ff.up.weight.shape == (4096, 1024)
-    assert model.layers[0].attn.n_heads == 16
-
-
-def test_gpt3_6_7b_size_and_shapes() -> None:
-    with torch.device("meta"):
-        model = GPT(GPT3_6_7B)
-    assert 6_600_000_000 < _params(model) < 6_800_000_000
-    assert len(model.blocks) == 32
-    assert model.tokens.weight.shape[1] == 4096
-    assert model.tokens.weight.shape[0] in (50257, 50304)
-    assert model.blocks[0].attn.n_heads == 32
-    assert model.cfg.max_seq_len == 2048
-
-
-@pytest.mark.parametrize("name", ["bert-large", "gpt3-6.7b"])
-def test_model_scale_step_on_meta_touches_no_data(name: str) -> None:
-    spec = get_workload(name)
-    config = RunConfig.defaults(spec, steps=1, batch_size=1, seq_len=128)
-    result = train(config, CpuBackend(), Quiet())
-    assert result.header.real_math is False
-    assert result.losses == []  # nothing was read
-    assert result.header.parameters > 1e8
-
-
-def test_meta_forward_backward_gives_meta_gradients() -> None:
-    spec = get_workload("bert-large")
-    from emulator.workloads.tasks import TaskOptions
-
-    task = spec.build(TaskOptions(batch_size=2, seq_len=16))
-    ids, labels = next(task.batches)
-    assert ids.is_meta and labels.is_meta
-    loss = task.model.loss(ids, labels)
-    assert loss.is_meta and loss.shape == ()
-    loss.backward()
-    grads = [p.grad for p in task.model.parameters()]
-    assert all(g is not None and g.is_meta for g in grads)
-    assert task.model.words.weight.grad.shape == (30522, 1024)
-
-
-# ------------------------------------------------------------------------------------------------
 # data
 def test_stdlib_corpus_is_sorted_python_source() -> None:
     files = wdata.stdlib_files()
@@ -211,7 +158,7 @@ class _OutOfMemoryBackend(CpuBackend):
 
 
 def test_runtime_error_is_one_line_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
-    config = RunConfig.defaults(get_workload("gpt3-6.7b"), steps=2, seq_len=64)
+    config = RunConfig.defaults(get_workload("mlp"), steps=2)
     code = run(config, backend=_OutOfMemoryBackend(), reporter=Quiet())
     err = capsys.readouterr().err
     assert code == 1
@@ -328,7 +275,7 @@ def test_workloads_lists_every_workload(capsys: pytest.CaptureFixture[str]) -> N
     from emulator.workloads.models.zoo import MODELS
 
     # the real-math workloads, then every model-scale model of the zoo (parallel jobs)
-    assert names == ["gpt-tiny", "bert-tiny", "mlp", *MODELS]
+    assert names == ["gpt-tiny", "bert-tiny", "mlp", *MODELS] == list(WORKLOADS)
     assert {"bert-large", "gpt3-6.7b", "gpt3-175b", "llama2-70b", "llama3.1-8b", "vit-base"} <= set(MODELS)
     kinds = {ln.split()[0]: ln.split()[1:3] for ln in lines[1:]}
     assert kinds["gpt-tiny"] == REAL_MATH.split() and kinds["llama2-7b"] == MODEL_SCALE.split()

@@ -26,6 +26,7 @@ from emulator.cli.layout import (
 from emulator.cli.training import add_training_arguments, config_from_args, run_environment, worker_argv
 from emulator.parallel.plan import ConfigError
 from emulator.runtime.errors import NeuronRuntimeError
+from emulator.workloads import WORKLOADS
 from emulator.workloads.config import RunConfig
 from emulator.workloads.errors import report_error
 
@@ -93,9 +94,7 @@ def _fail(message: str) -> int:
 
 
 def _model_scale(name: str) -> bool:
-    from emulator.parallel.runner import model_names
-
-    return name in model_names()
+    return name in WORKLOADS and not WORKLOADS[name].real_math
 
 
 _PARALLEL_FLAGS = ("tp", "pp", "micro_batch", "global_batch", "schedule")
@@ -203,7 +202,7 @@ def _run_parallel(args: argparse.Namespace, instance_type: str, targets: Any) ->
     except (ArgumentError, ConfigError, NeuronRuntimeError) as exc:  # or the shard does not fit its NeuronCore
         report_error(str(exc))
         return 1
-    report = ParallelReport(plan, steps or 10)
+    report = ParallelReport(plan, steps or WORKLOADS[plan.model].steps)
     report.header()
     _print_notes(plan, recipe_defaults(request), per_process)
     code = launch(

@@ -27,29 +27,6 @@ def workload_lines(workloads: Mapping[str, WorkloadSpec] = WORKLOADS) -> list[st
 
 
 def cmd_workloads(args: argparse.Namespace) -> int:
-    for line in workload_lines(all_workloads()):
+    for line in workload_lines():
         print(line)
     return 0
-
-
-def all_workloads() -> dict[str, WorkloadSpec]:
-    """The real-math workloads and every model-scale model of the zoo (imports torch)."""
-    from emulator.workloads import MODEL_SCALE
-    from emulator.workloads.models.zoo import MODELS
-
-    out = {name: spec for name, spec in WORKLOADS.items() if spec.real_math}
-    for m in MODELS.values():
-        out[m.name] = WorkloadSpec(
-            name=m.name,
-            description=m.description,
-            kind=MODEL_SCALE,
-            steps=10,
-            batch_size=1,
-            seq_len=m.default_seq_len,
-            max_seq_len=m.max_seq_len,
-            dtype="bf16",
-            lr=1e-4,
-            sample_unit=m.sample_unit,
-            builder="",
-        )
-    return out

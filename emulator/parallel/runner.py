@@ -134,16 +134,17 @@ def plan_request(
     progress: Callable[[str], None] = lambda _: None,
 ) -> JobPlan:
     """Trace, cost and schedule a job (no daemon needed)."""
-    zoo = _zoo()
+    from emulator.parallel.models.stage import build_stage, stage_inputs
+
     config, spec = resolve(request, instance)
     options = cost_options(request.dtype, request.auto_cast, os.environ if env is None else env)
 
     def stage_builder(state: ParallelState) -> tuple[Callable[[], Any], Callable[[Any], Any], int]:
         def build() -> Any:
-            return zoo.build_stage(spec, seq_len=config.seq_len, recompute=config.recompute)
+            return build_stage(spec, seq_len=config.seq_len, recompute=config.recompute)
 
         def inputs(module: Any) -> Any:
-            return zoo.stage_inputs(spec, module, config.micro_batch, config.seq_len)
+            return stage_inputs(spec, module, config.micro_batch, config.seq_len)
 
         return build, inputs, 0
 

@@ -128,7 +128,6 @@ def _header(config: RunConfig, task: Task, backend: XlaBackend, world: int) -> R
         world_size=world,
         neuroncores=backend.neuroncores(),
         sample_unit=config.spec.sample_unit,
-        real_math=config.spec.real_math,
     )
 
 

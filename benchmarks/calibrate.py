@@ -9,8 +9,8 @@ from __future__ import annotations
 from emulator.costmodel.graph import COMPILER_EFFICIENCY
 from emulator.hardware import get_instance_type
 from emulator.parallel.calibrate import fit
-from emulator.parallel.cli import PUBLISHED_ROWS, published_request
 from emulator.parallel.host import HOST_SECONDS_PER_DEVICE_OP
+from emulator.parallel.published import PUBLISHED_ROWS, published_request
 from emulator.parallel.runner import plan_request
 
 

@@ -11,8 +11,9 @@
    what model-scale work and the no-compiler fallback use). The kinds of step alternate (plain,
    native, Python layer, plain, ...) so that a change in the machine's load hits them alike.
    Target: ratio of the medians (native / plain) <= 1.15.
-2. bert-large (model scale, meta tensors: workload ``bert-large``, batch 16 x seq 128, bf16,
-   AdamW): wall time to trace and cost one step after the first (the first one compiles).
+2. bert-large (model scale, meta tensors: the zoo's model as ``run``/``bench`` build it, one
+   stage at tp = pp = 1, batch 16 x seq 128, bf16, AdamW):
+   wall time to trace and cost one step after the first (the first one compiles).
    Target: <= 0.3 s. Peer: the same step in plain PyTorch on ``meta`` (no emulator; PyTorch's
    meta kernels run for every op).
 3. gpt3-6.7b (model scale, meta tensors): the same, target <= 1 s. The 16 GiB per-core limit is
@@ -37,9 +38,12 @@ from emulator.capture import tensor as dt
 from emulator.capture.recorder import Recorder
 from emulator.costmodel import CostOptions, cost_graph
 from emulator.hardware import NEURONCORE_V2
+from emulator.parallel.comm import ParallelState, RecordingCommunicator, set_communicator
+from emulator.parallel.models.stage import build_stage, stage_inputs
 from emulator.runtime.compile_cache import graph_hash
 from emulator.runtime.memory import MemoryLedger
 from emulator.workloads import get_workload
+from emulator.workloads.models.zoo import MODELS
 from emulator.workloads.tasks import TaskOptions
 
 Sample = tuple[float, float]  # (wall seconds, thread CPU seconds)
@@ -180,39 +184,47 @@ def gpt_tiny_ratio(steps: int) -> None:
     print(f"  graphs {len(capture.costs)}, ops in the first {graph.op_count}")  # type: ignore[attr-defined]
 
 
-def plain_meta_step_time(name: str, options: TaskOptions, steps: int) -> float:
-    """The step in plain PyTorch on ``meta`` (every meta kernel runs; no emulator)."""
-    task = get_workload(name).build(options)
-    model = task.model.to(torch.bfloat16)
-    batch = next(task.batches)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    return median(timed(lambda: train_step(model, opt, batch), steps, warmup=1))
+def zoo_step(name: str, batch: int, seq: int, device: torch.device | None) -> Callable[[], None]:
+    """One training step (forward, backward, AdamW) of the zoo's model ``name`` as a single
+    pipeline stage on one rank, built on ``meta`` (moved to ``device`` when given)."""
+    set_communicator(RecordingCommunicator(ParallelState()))
+    spec = MODELS[name]
+    module = build_stage(spec, seq_len=seq).to(torch.bfloat16)
+    inputs = stage_inputs(spec, module, batch, seq)
+    if device is not None:
+        module = module.to(device)
+        inputs = tuple(t.to(device) for t in inputs)
+    opt = torch.optim.AdamW(module.parameters(), lr=1e-4)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        module(*inputs).float().sum().backward()
+        opt.step()
+
+    return step
 
 
-def model_scale_step_time(name: str, options: TaskOptions, steps: int, target: float, peer: bool) -> None:
+def model_scale_step_time(name: str, batch: int, seq: int, steps: int, target: float, peer: bool) -> None:
     dev = CaptureOnly(capacity=2**50)
     with dev:
-        task = get_workload(name).build(options)
-        model = task.model.to(torch.bfloat16).to(dt.DEVICE)
-        batch = tuple(t.to(dt.DEVICE) for t in next(task.batches))
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        train = zoo_step(name, batch, seq, dt.DEVICE)
 
         def step() -> None:
-            train_step(model, opt, batch)
+            train()
             dev.end_step()
 
         first = timed_once(step)[0]
         later = timed(step, steps, warmup=1)
     graph = next(iter(dev.costs.values()))
-    shape = f"batch {options.batch_size} x seq {options.seq_len}"
-    print(f"{name} training step (meta, {shape}, bf16, AdamW), host time")
+    print(f"{name} training step (meta, batch {batch} x seq {seq}, bf16, AdamW), host time")
     print(f"  first step (new graphs)  {first:8.3f} s")
     print(
         f"  later steps, median      {median(later):8.3f} s wall  {median(later, 1):8.3f} s thread CPU"
         f"   (target <= {target:g} s)"
     )
-    if peer:
-        print(f"  plain PyTorch on meta    {plain_meta_step_time(name, options, max(1, steps // 2)):8.3f} s wall")
+    if peer:  # the step in plain PyTorch on meta (every meta kernel runs; no emulator)
+        plain = median(timed(zoo_step(name, batch, seq, None), max(1, steps // 2), warmup=1))
+        print(f"  plain PyTorch on meta    {plain:8.3f} s wall")
     print(f"  ops per step             {graph.op_count:8d}")
     print(f"  simulated device time    {graph.device_seconds:8.3f} s per step on one NeuronCore")
 
@@ -226,10 +238,10 @@ def main() -> None:
     model_steps = max(3, args.steps // 5)
     gpt_tiny_ratio(args.steps)
     print()
-    model_scale_step_time("bert-large", TaskOptions(batch_size=16, seq_len=128), model_steps, 0.3, peer=True)
+    model_scale_step_time("bert-large", 16, 128, model_steps, 0.3, peer=True)
     if not args.no_gpt3:
         print()
-        model_scale_step_time("gpt3-6.7b", TaskOptions(batch_size=1, seq_len=2048), model_steps, 1.0, peer=False)
+        model_scale_step_time("gpt3-6.7b", 1, 2048, model_steps, 1.0, peer=False)
 
 
 if __name__ == "__main__":

@@ -260,8 +260,8 @@ counts = st.one_of(st.integers(-2, 200).map(str), st.sampled_from(NASTY_TEXT), s
 def fuzz_core_env(stats: FuzzStats, examples: int, seed: int | None = None) -> None:
     """``request_from_env`` (and ``--cores``): a ``CoreRequest`` with contiguous, increasing ids of
     a sane count, or one ``CoreSpecError`` line."""
+    from emulator.cli.args import ArgumentError, core_ids
     from emulator.runtime.core_spec import CoreSpecError, request_from_env
-    from emulator.workloads.cli import ArgumentError, _core_ids
 
     env_strategy = st.fixed_dictionaries(
         {},
@@ -284,7 +284,7 @@ def fuzz_core_env(stats: FuzzStats, examples: int, seed: int | None = None) -> N
             spec = env.get("NEURON_RT_VISIBLE_CORES")
             if spec is not None:
                 with contextlib.suppress(ArgumentError):
-                    _core_ids(spec)
+                    core_ids(spec)
 
     run_given(env_strategy, examples, check, seed=seed)
 
@@ -322,9 +322,10 @@ def fuzz_cc_flags(stats: FuzzStats, examples: int, seed: int | None = None) -> N
     """NEURON_CC_FLAGS (with the other cost-model switches): ``options_from_env`` gives options or
     one ``ValueError`` line; ``cache_settings`` never fails; ``--auto-cast`` rewriting keeps it
     parseable or says why in one line."""
+    from emulator.cli.args import ArgumentError
+    from emulator.cli.training import with_auto_cast
     from emulator.costmodel.dtypes import options_from_env
     from emulator.runtime.compile_cache import cache_settings
-    from emulator.workloads.cli import ArgumentError, with_auto_cast
 
     env_strategy = st.fixed_dictionaries(
         {"NEURON_CC_FLAGS": cc_flags},

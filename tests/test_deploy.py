@@ -27,7 +27,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from emulator.cli import _build_parser as emulator_parser
+from emulator.cli import build_parser as emulator_parser
 from emulator.cluster.layout import Layout
 from emulator.hardware.instance_types import INSTANCE_TYPES
 from emulator.runtime.attach import CONTAINER_NAME_ENV, POD_NAME_ENV, POD_NAMESPACE_ENV

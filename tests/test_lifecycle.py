@@ -34,7 +34,7 @@ def test_a_stop_signal_stops_torchrun_and_every_rank(daemon: Daemon, short_tmp: 
     assert sorted(c for p in ranks for c in p["neuroncores"]) == [0, 1]
     lines = [" ".join(p.cmdline()) for p in run.seen]
     assert len([ln for ln in lines if "torchrun" in ln]) == 1
-    assert len([ln for ln in lines if "torchrun" not in ln and "emulator.workloads.worker" in ln]) == 2
+    assert len([ln for ln in lines if "torchrun" not in ln and "emulator.cli.worker" in ln]) == 2
     run.proc.send_signal(sig)
     assert run.proc.wait(timeout=15) == 128 + sig  # 143, 130, 129
     assert all_gone(run, timeout=3.0), [p.cmdline() for p in run.seen if alive(p)]
@@ -107,7 +107,7 @@ def start_ranks(daemon: Daemon, tmp: Path, runs: list[Run], timeout_s: str) -> l
             MASTER_PORT=port,
             NEURON_EMULATOR_COLLECTIVE_TIMEOUT=timeout_s,
         )
-        argv = [sys.executable, "-m", "emulator.workloads.worker", "mlp", "--steps", "1000000"]
+        argv = [sys.executable, "-m", "emulator.cli.worker", "mlp", "--steps", "1000000"]
         ranks.append(Run(argv, env, tmp, name=f"rank{rank}"))
     runs.extend(ranks)
     procs = [r.proc.pid for r in ranks]
@@ -185,7 +185,7 @@ def test_torchrun_failure_report_names_the_rank_a_signal_killed() -> None:
 
     report = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 ======================================================
-emulator.workloads.worker FAILED
+emulator.cli.worker FAILED
 ------------------------------------------------------
 Failures:
 [1]:

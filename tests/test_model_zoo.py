@@ -1,8 +1,8 @@
-"""Model-scale zoo (emulator.workloads.models.zoo): sizes against the published ones, pipeline
-stages built alone on meta, Megatron's collectives per layer, activation recomputation through
-the device-tensor wrapper, configuration errors — and, on small configurations with real values,
-the same losses as independent references, across pipeline splits and across tensor-parallel
-ranks."""
+"""Model-scale zoo (emulator.workloads.models.zoo, built by emulator.parallel.models): sizes
+against the published ones, pipeline stages built alone on meta, Megatron's collectives per
+layer, activation recomputation through the device-tensor wrapper, configuration errors — and,
+on small configurations with real values, the same losses as independent references, across
+pipeline splits and across tensor-parallel ranks."""
 
 from __future__ import annotations
 
@@ -20,17 +20,15 @@ from torch.utils._python_dispatch import _pop_mode, _push_mode
 from emulator.capture import tensor as dt
 from emulator.capture.recorder import Recorder
 from emulator.parallel.comm import RecordingCommunicator, set_communicator
+from emulator.parallel.models.stage import build_stage, stage_inputs
+from emulator.parallel.models.transformer import IGNORE_INDEX, StageModule, TransformerLayer
 from emulator.parallel.ranks import RankGrid
 from emulator.workloads.models.gpt import GPT, GPTConfig
-from emulator.workloads.models.transformer import StageModule, TransformerLayer
 from emulator.workloads.models.zoo import (
-    IGNORE_INDEX,
     MODELS,
     ModelSpec,
-    build_stage,
     count_parameters,
     padded_vocab,
-    stage_inputs,
     tokens_per_sample,
     validate,
 )

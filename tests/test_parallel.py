@@ -12,10 +12,10 @@ import pytest
 from emulator.costmodel.graph import COMPILER_EFFICIENCY
 from emulator.hardware import get_instance_type
 from emulator.parallel.calibrate import fit
-from emulator.parallel.cli import PUBLISHED_ROWS, published_request
 from emulator.parallel.host import HOST_SECONDS_PER_DEVICE_OP
 from emulator.parallel.plan import ConfigError, make_config
 from emulator.parallel.plan_file import load_rank_plan, plan_document, write_plan
+from emulator.parallel.published import PUBLISHED_ROWS, published_request
 from emulator.parallel.ranks import RankGrid
 from emulator.parallel.replay import _bodies
 from emulator.parallel.runner import JobRequest, plan_request

@@ -1,6 +1,7 @@
-"""Model-scale jobs from the command line: ``neuron-emulator run MODEL --tp ... `` and the shared
-planning ``neuron-emulator bench`` uses. Flags are checked here; a configuration that does not
-divide the model, the batch or the cores is one line on stderr and exit status 1."""
+"""Model-scale jobs: a request (model of the zoo, layout, batch) checked against the model and the
+instance, then traced, costed and scheduled — the planning ``neuron-emulator run MODEL`` and
+``bench`` share. A configuration that does not divide the model, the batch or the cores is a
+one-line :class:`ConfigError`."""
 
 from __future__ import annotations
 
@@ -8,17 +9,15 @@ import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from emulator.costmodel import CostOptions, options_from_env
 from emulator.hardware.instance_types import InstanceType
 from emulator.parallel.job import JobPlan, plan_job
 from emulator.parallel.plan import ConfigError, ParallelConfig, make_config
 from emulator.parallel.ranks import ParallelState
-
-if TYPE_CHECKING:
-    from emulator.workloads.models.zoo import ModelSpec
+from emulator.workloads.models import zoo
+from emulator.workloads.models.zoo import MODELS, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -41,22 +40,11 @@ class JobRequest:
     auto_cast: str | None = None
 
 
-def _zoo() -> ModuleType:
-    from emulator.workloads.models import zoo
-
-    return zoo
-
-
-def model_names() -> list[str]:
-    return list(_zoo().MODELS)
-
-
 def resolve(request: JobRequest, instance: InstanceType) -> tuple[ParallelConfig, ModelSpec]:
     """The checked configuration and the model spec; ConfigError with one line otherwise."""
-    zoo = _zoo()
-    spec = zoo.MODELS.get(request.model)
+    spec = MODELS.get(request.model)
     if spec is None:
-        raise ConfigError(f"unknown model {request.model!r} (model-scale models: {', '.join(zoo.MODELS)})")
+        raise ConfigError(f"unknown model {request.model!r} (model-scale models: {', '.join(MODELS)})")
     seq_len = request.seq_len or spec.default_seq_len
     micro_batch = request.micro_batch or 1
     zero1, sequence_parallel = recipe_settings(request, spec)
@@ -92,7 +80,7 @@ def recipe_settings(request: JobRequest, spec: ModelSpec) -> tuple[bool, bool]:
 
 def recipe_defaults(request: JobRequest) -> list[str]:
     """The settings the model's recipe turned on because the request left them open."""
-    spec = _zoo().MODELS.get(request.model)
+    spec = MODELS.get(request.model)
     if spec is None:
         return []
     zero1, sp = recipe_settings(request, spec)
@@ -116,17 +104,6 @@ def cost_options(dtype: str, auto_cast: str | None, env: Mapping[str, str]) -> C
     return options
 
 
-def parameters_total(spec: object) -> int:
-    """Parameters of the whole, unsharded model (what MFU counts)."""
-    return int(_zoo().count_parameters(spec))
-
-
-def tokens_per_sample(spec: object, seq_len: int) -> int:
-    """Tokens one sample feeds the model (a sequence's length; an image's patches + CLS)."""
-    fn = getattr(_zoo(), "tokens_per_sample", None)
-    return int(fn(spec, seq_len)) if fn is not None else seq_len
-
-
 def plan_request(
     request: JobRequest,
     instance: InstanceType,
@@ -134,16 +111,17 @@ def plan_request(
     progress: Callable[[str], None] = lambda _: None,
 ) -> JobPlan:
     """Trace, cost and schedule a job (no daemon needed)."""
-    zoo = _zoo()
+    from emulator.parallel.models.stage import build_stage, stage_inputs
+
     config, spec = resolve(request, instance)
     options = cost_options(request.dtype, request.auto_cast, os.environ if env is None else env)
 
     def stage_builder(state: ParallelState) -> tuple[Callable[[], Any], Callable[[Any], Any], int]:
         def build() -> Any:
-            return zoo.build_stage(spec, seq_len=config.seq_len, recompute=config.recompute)
+            return build_stage(spec, seq_len=config.seq_len, recompute=config.recompute)
 
         def inputs(module: Any) -> Any:
-            return zoo.stage_inputs(spec, module, config.micro_batch, config.seq_len)
+            return stage_inputs(spec, module, config.micro_batch, config.seq_len)
 
         return build, inputs, 0
 
@@ -154,8 +132,8 @@ def plan_request(
         dtype=request.dtype,
         options=options,
         stage_builder=stage_builder,
-        parameters_total=parameters_total(spec),
-        tokens_per_sample=tokens_per_sample(spec, config.seq_len),
+        parameters_total=zoo.count_parameters(spec),  # the whole, unsharded model (what MFU counts)
+        tokens_per_sample=zoo.tokens_per_sample(spec, config.seq_len),
         sample_unit=spec.sample_unit,
         progress=progress,
     )

@@ -1,13 +1,16 @@
 """The built-in training workloads of ``neuron-emulator run`` (registry; torch-free).
 
-Two kinds share one training loop (:mod:`emulator.workloads.runner`):
+Two kinds:
 
-- ``real math``: small models trained on real data on this host's CPU; the loss really falls.
-- ``model scale``: full-size models built on PyTorch's ``meta`` device — exact shapes, parameter,
-  optimizer and activation sizes, no arithmetic and no values (there is no loss to show).
+- ``real math``: small models trained on real data on this host's CPU by one training loop
+  (:mod:`emulator.workloads.runner`); the loss really falls.
+- ``model scale``: the full-size models of the zoo (:mod:`emulator.workloads.models.zoo`), run as
+  parallel jobs: planned on PyTorch's ``meta`` device — exact shapes, parameter, optimizer and
+  activation sizes, no arithmetic and no values — then replayed (docs/parallel.md).
 
-A :class:`WorkloadSpec` holds what the command line needs (defaults, limits, description); the
-model and data are built by ``builder`` (``module:function``), imported only when a run starts.
+A :class:`WorkloadSpec` holds what the command line needs (defaults, limits, description); a
+real-math model and its data are built by ``builder`` (``module:function``), imported only when a
+run starts; a model-scale one by its one model code, :mod:`emulator.parallel.models`.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
+
+from emulator.workloads.models.zoo import MODELS, ModelSpec
 
 if TYPE_CHECKING:
     from emulator.workloads.tasks import Task, TaskOptions
@@ -43,19 +48,39 @@ class WorkloadSpec:
     dtype: str  # default parameter dtype: fp32, bf16 or fp16
     lr: float  # default AdamW learning rate
     sample_unit: str  # what one sample is called in throughput figures: "seq" or "samples"
-    builder: str  # "module:function" returning a Task
+    builder: str | None  # real math: "module:function" returning a Task; model scale: None (a parallel job)
 
     @property
     def real_math(self) -> bool:
         return self.kind == REAL_MATH
 
     def build(self, options: TaskOptions) -> Task:
+        if self.builder is None:
+            raise ValueError(f"{self.name} is a model-scale model: a parallel job (emulator.parallel.runner)")
         module, _, func = self.builder.partition(":")
         return getattr(importlib.import_module(module), func)(options)
 
 
+def _model_scale(model: ModelSpec) -> WorkloadSpec:
+    """A model of the zoo as ``run`` and ``workloads`` see it: a parallel job of its published
+    sequence length, one sequence per micro-batch (docs/parallel.md)."""
+    return WorkloadSpec(
+        name=model.name,
+        description=model.description,
+        kind=MODEL_SCALE,
+        steps=10,
+        batch_size=1,
+        seq_len=model.default_seq_len,
+        max_seq_len=model.max_seq_len,
+        dtype="bf16",
+        lr=1e-4,
+        sample_unit=model.sample_unit,
+        builder=None,
+    )
+
+
 _TASKS = "emulator.workloads.tasks"
-WORKLOADS: dict[str, WorkloadSpec] = {
+_REAL_MATH = {
     spec.name: spec
     for spec in (
         WorkloadSpec(
@@ -97,34 +122,10 @@ WORKLOADS: dict[str, WorkloadSpec] = {
             sample_unit="samples",
             builder=f"{_TASKS}:mlp",
         ),
-        WorkloadSpec(
-            name="bert-large",
-            description="BERT-Large (24 layers, hidden 1024, 16 heads, 335M params) MLM pre-training, on meta",
-            kind=MODEL_SCALE,
-            steps=20,
-            batch_size=16,
-            seq_len=128,
-            max_seq_len=512,
-            dtype="bf16",
-            lr=1e-4,
-            sample_unit="seq",
-            builder=f"{_TASKS}:bert_large",
-        ),
-        WorkloadSpec(
-            name="gpt3-6.7b",
-            description="GPT-3 6.7B (32 layers, d_model 4096, 32 heads, seq 2048) pre-training, on meta",
-            kind=MODEL_SCALE,
-            steps=10,
-            batch_size=1,
-            seq_len=2048,
-            max_seq_len=2048,
-            dtype="bf16",
-            lr=1.2e-4,
-            sample_unit="seq",
-            builder=f"{_TASKS}:gpt3_6_7b",
-        ),
     )
 }
+# the one registry: the real-math workloads, then every model-scale model of the zoo
+WORKLOADS: dict[str, WorkloadSpec] = {**_REAL_MATH, **{m.name: _model_scale(m) for m in MODELS.values()}}
 
 
 def get_workload(name: str) -> WorkloadSpec:

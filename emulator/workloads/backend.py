@@ -69,11 +69,6 @@ class XlaBackend:
     def device(self) -> torch.device:
         return self.xm.xla_device()
 
-    def model_scale_device(self, device: torch.device) -> torch.device:
-        """Where meta (model-scale) work goes instead of ``device``."""
-        fn = getattr(self.xm, "model_scale_device", None)
-        return fn() if fn is not None else device
-
     def rank(self) -> int:
         return int(self.xm.get_ordinal())
 
@@ -114,9 +109,6 @@ class CpuBackend(XlaBackend):
 
     def device(self) -> torch.device:
         return torch.device("cpu")
-
-    def model_scale_device(self, device: torch.device) -> torch.device:
-        return device
 
     def rank(self) -> int:
         return _env_int("RANK", 0)

@@ -1,5 +1,5 @@
 """Data-parallel runs: ``torchrun --standalone --nproc-per-node N`` starting one worker process per
-rank (``python -m emulator.workloads.worker``); each rank attaches and claims one NeuronCore (its
+rank (``python -m emulator.cli.worker``); each rank attaches and claims one NeuronCore (its
 local rank, or the r-th core of ``NEURON_RT_VISIBLE_CORES``) and joins a gloo process group.
 
 torchrun's own stderr (launcher warnings, its failure report with a Python traceback) is held back:
@@ -44,7 +44,7 @@ def torchrun_argv(nproc: int, worker_args: Sequence[str]) -> list[str]:
         "--nproc-per-node",
         str(nproc),
         "-m",
-        "emulator.workloads.worker",
+        "emulator.cli.worker",
         *worker_args,
     ]
 

@@ -29,9 +29,9 @@ def log_interval(steps: int) -> int:
 def _step_fields(stats: StepStats, header: RunHeader) -> tuple[str, str, str]:
     """(loss, throughput, step time) texts of one step; the time source ends the step time."""
     loss = f"{stats.loss:.4f}" if stats.loss is not None else "n/a"
-    rate = step_rate(stats, real_math=header.real_math)
-    if rate is None:  # model scale without simulated time: wall time of meta ops means nothing
-        return loss, "throughput n/a", f"{format_seconds(stats.wall_seconds)}/step (wall, meta)"
+    rate = step_rate(stats)
+    if rate is None:  # a step that took no measurable time
+        return loss, "throughput n/a", f"{format_seconds(stats.wall_seconds)}/step (wall)"
     throughput = f"{rate.samples_per_second:,.1f} {header.sample_unit}/s"
     return loss, throughput, f"{format_seconds(rate.seconds_per_step)}/step ({rate.source})"
 
@@ -74,10 +74,7 @@ class PlainLog:
         if not (stats.step == 1 or stats.step % self.every == 0 or stats.step == h.steps or stats.compiled):
             return
         loss, throughput, step_time = _step_fields(stats, h)
-        parts = [f"step {stats.step:>{len(str(h.steps))}}/{h.steps}"]
-        if h.real_math:
-            parts.append(f"loss {loss}")
-        parts += [throughput, step_time]
+        parts = [f"step {stats.step:>{len(str(h.steps))}}/{h.steps}", f"loss {loss}", throughput, step_time]
         if stats.compiled:
             parts.append("compiled a new graph")
         if stats.device and stats.device.outcome not in (None, "completed"):
@@ -108,10 +105,11 @@ class RichBar:
 
         self.header = header
         self.console.print(header_line(header), highlight=False, markup=False, soft_wrap=True)
-        columns = [TextColumn("[bold]{task.description}"), BarColumn(bar_width=20), MofNCompleteColumn()]
-        if header.real_math:
-            columns.append(TextColumn("loss {task.fields[loss]}"))
-        columns += [
+        columns = [
+            TextColumn("[bold]{task.description}"),
+            BarColumn(bar_width=20),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}"),
             TextColumn("{task.fields[throughput]}"),
             TextColumn("{task.fields[step_time]}"),
             TimeElapsedColumn(),

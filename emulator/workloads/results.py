@@ -68,8 +68,6 @@ class RunHeader:
     world_size: int
     neuroncores: tuple[int, ...]
     sample_unit: str
-    real_math: bool
-    layout: str = ""  # a parallel job's layout and placement (replaces the per-rank shape and cores)
 
 
 @dataclass

@@ -38,21 +38,12 @@ ADAM_EPS = {"fp32": 1e-8, "bf16": 1e-8, "fp16": 1e-4}
 
 
 def _place(batch: Sequence[torch.Tensor], device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """Move the inputs to the device (meta stays meta while the device is the CPU); cast float inputs."""
-    placed = []
-    for t in batch:
-        if t.is_floating_point():
-            t = t.to(dtype)
-        if not (t.is_meta and device.type == "cpu"):
-            t = t.to(device)
-        placed.append(t)
-    return tuple(placed)
+    """Move the inputs to the device; cast float inputs."""
+    return tuple((t.to(dtype) if t.is_floating_point() else t).to(device) for t in batch)
 
 
 def _place_model(task: Task, device: torch.device, dtype: torch.dtype) -> None:
-    task.model.to(dtype)
-    if not (task.on_meta and device.type == "cpu"):
-        task.model.to(device)
+    task.model.to(dtype).to(device)
 
 
 def _init_distributed(world_size: int, rank: int) -> bool:
@@ -82,7 +73,7 @@ def _one_step(
     loss = cast(TrainableModel, task.model).loss(*batch)
     loss.backward()
     backend.optimizer_step(optimizer)  # gradient all-reduce, optimizer.step(), mark_step()
-    return None if task.on_meta else float(loss.item())
+    return float(loss.item())
 
 
 def train(config: RunConfig, backend: XlaBackend, reporter: Reporter) -> RunResult:
@@ -102,8 +93,6 @@ def train(config: RunConfig, backend: XlaBackend, reporter: Reporter) -> RunResu
         result = RunResult(_header(config, task, backend, world))
         reporter.start(result.header)
         dtype = TORCH_DTYPES[config.dtype]
-        if task.on_meta:
-            device = backend.model_scale_device(device)
         _place_model(task, device, dtype)  # the weights' device memory is allocated here
         optimizer = torch.optim.AdamW(task.model.parameters(), lr=config.lr, eps=ADAM_EPS[config.dtype])
         hbm = HbmPeak(_daemon_client() if backend.attaches else None)
@@ -139,7 +128,6 @@ def _header(config: RunConfig, task: Task, backend: XlaBackend, world: int) -> R
         world_size=world,
         neuroncores=backend.neuroncores(),
         sample_unit=config.spec.sample_unit,
-        real_math=not task.on_meta,
     )
 
 

@@ -24,11 +24,11 @@ class Rate:
     source: str  # "simulated" or "wall"
 
 
-def step_rate(stats: StepStats, *, real_math: bool) -> Rate | None:
+def step_rate(stats: StepStats) -> Rate | None:
     device = stats.device_seconds
     if device is not None and device > 0:
         return Rate(stats.samples / device, device, "simulated")
-    if real_math and stats.wall_seconds > 0:
+    if stats.wall_seconds > 0:
         return Rate(stats.samples / stats.wall_seconds, stats.wall_seconds, "wall")
     return None
 
@@ -56,7 +56,7 @@ def steady_rate(result: RunResult) -> tuple[Rate | None, str]:
         seconds = sum(s.device_seconds or 0.0 for s in steady)
         samples = sum(s.samples for s in steady)
         return Rate(samples / seconds, seconds / len(steady), "simulated"), _step_ranges([s.step for s in steady])
-    if not result.header.real_math or not result.steps:
+    if not result.steps:
         return None, ""
     steady = result.steps[1:] or result.steps
     seconds = sum(s.wall_seconds for s in steady)
@@ -79,8 +79,6 @@ def format_cores(cores: tuple[int, ...]) -> str:
 
 
 def header_line(h: RunHeader) -> str:
-    if h.layout:
-        return f"{h.workload} ({h.kind}): {h.parameters:,} parameters, {h.layout}, {h.dtype}, {h.steps} steps"
     shape = f"batch {h.batch_size}" + (f" x seq {h.seq_len}" if h.seq_len is not None else "")
     where = f"NeuronCores {format_cores(h.neuroncores)}" if h.neuroncores else "no emulated device (plain CPU)"
     if h.neuroncores and h.world_size > 1:
@@ -104,13 +102,11 @@ def summary_lines(result: RunResult) -> list[str]:
     if first is not None and final is not None:
         whose = " on rank 0's batches" if h.world_size > 1 else ""
         row("loss", f"{first:.4f} (step 1) -> {final:.4f} (step {result.steps[-1].step}){whose}")
-    elif not h.real_math:
-        row("loss", "n/a (model scale: meta tensors hold no values)")
 
     rate, covered = steady_rate(result)
     unit = h.sample_unit
     if rate is None:
-        row("throughput", "n/a (the emulator reports no simulated device time yet; meta tensors do no arithmetic)")
+        row("throughput", "n/a (no step completed)")
     elif rate.source == "simulated":
         row("throughput", f"{rate.samples_per_second:,.1f} {unit}/s simulated, {covered}")
         row("step time", f"{format_seconds(rate.seconds_per_step)} simulated device time (mean)")

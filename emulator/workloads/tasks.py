@@ -1,13 +1,12 @@
 """Builders of the registered workloads: a model plus the batches it trains on.
 
-Real-math tasks build their model on the CPU with a fixed seed (identical on every data-parallel
-rank, as a broadcast of the initial weights would make them) and read real data. Model-scale tasks
-build model and inputs on PyTorch's ``meta`` device: shapes and dtypes only, no memory, no values.
+Each builds its model on the CPU with a fixed seed (identical on every data-parallel rank, as a
+broadcast of the initial weights would make them) and reads real data. (Model-scale models are no
+tasks: they run as parallel jobs, :mod:`emulator.parallel.runner`.)
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -16,8 +15,8 @@ import torch
 from torch import nn
 
 from emulator.workloads import data
-from emulator.workloads.models.bert import BERT_LARGE, BERT_TINY, BertMLM
-from emulator.workloads.models.gpt import GPT, GPT3_6_7B, GPT_TINY
+from emulator.workloads.models.bert import BERT_TINY, BertMLM
+from emulator.workloads.models.gpt import GPT, GPT_TINY
 from emulator.workloads.models.mlp import MLP, MLP_SMALL
 
 Batch = tuple[torch.Tensor, ...]
@@ -40,7 +39,6 @@ class TaskOptions:
 class Task:
     model: nn.Module  # has ``loss(*batch) -> scalar tensor``
     batches: Iterator[Batch]
-    on_meta: bool  # model-scale: meta tensors, no values to read
 
     @property
     def parameters(self) -> int:
@@ -58,7 +56,7 @@ def gpt_tiny(options: TaskOptions) -> Task:
     batches = data.CausalLMBatches(
         options.batch_size, _seq(options), seed=options.seed, rank=options.rank, world_size=options.world_size
     )
-    return Task(GPT(GPT_TINY), batches, on_meta=False)
+    return Task(GPT(GPT_TINY), batches)
 
 
 def bert_tiny(options: TaskOptions) -> Task:
@@ -66,7 +64,7 @@ def bert_tiny(options: TaskOptions) -> Task:
     batches = data.MaskedLMBatches(
         options.batch_size, _seq(options), seed=options.seed, rank=options.rank, world_size=options.world_size
     )
-    return Task(BertMLM(BERT_TINY), batches, on_meta=False)
+    return Task(BertMLM(BERT_TINY), batches)
 
 
 def mlp(options: TaskOptions) -> Task:
@@ -80,23 +78,4 @@ def mlp(options: TaskOptions) -> Task:
         rank=options.rank,
         world_size=options.world_size,
     )
-    return Task(MLP(cfg), batches, on_meta=False)
-
-
-def _meta_tokens(batch: int, seq: int) -> Iterator[Batch]:
-    """The same pair of ``(batch, seq)`` int64 meta tensors every step (inputs and labels)."""
-    with torch.device("meta"):
-        pair = (torch.empty(batch, seq, dtype=torch.long), torch.empty(batch, seq, dtype=torch.long))
-    return itertools.repeat(pair)
-
-
-def bert_large(options: TaskOptions) -> Task:
-    with torch.device("meta"):
-        model = BertMLM(BERT_LARGE)
-    return Task(model, _meta_tokens(options.batch_size, _seq(options)), on_meta=True)
-
-
-def gpt3_6_7b(options: TaskOptions) -> Task:
-    with torch.device("meta"):
-        model = GPT(GPT3_6_7B)
-    return Task(model, _meta_tokens(options.batch_size, _seq(options)), on_meta=True)
+    return Task(MLP(cfg), batches)

@@ -21,11 +21,20 @@ from neurontools.cli.output import (
     silence_stdout,
     write_line,
 )
-from neurontools.cli.parser import RaisingParser, number_in_range, port_number
+from neurontools.cli.parser import (
+    MAX_INTERVAL,
+    MIN_INTERVAL,
+    RaisingParser,
+    interval_seconds,
+    number_in_range,
+    port_number,
+)
 from neurontools.cli.preamble import arguments, help_or_version, options_or_status, show_help, show_version
 from neurontools.cli.signals import STOPPED, Terminated, handle_signals, stop_signals, stopped_status
 
 __all__ = [
+    "MAX_INTERVAL",
+    "MIN_INTERVAL",
     "STOPPED",
     "BoolFlag",
     "CliError",
@@ -37,6 +46,7 @@ __all__ = [
     "flag_lines",
     "handle_signals",
     "help_or_version",
+    "interval_seconds",
     "number_in_range",
     "options_or_status",
     "parse_bool_flags",

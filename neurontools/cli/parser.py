@@ -40,6 +40,17 @@ def number_in_range(
     return parse
 
 
+# A collection interval in seconds (neuron-exporter's --interval, each cluster node's exporter).
+MIN_INTERVAL = 0.1
+MAX_INTERVAL = 3600.0
+interval_seconds = number_in_range(
+    float,
+    MIN_INTERVAL,
+    MAX_INTERVAL,
+    invalid="invalid interval {text!r} (expected seconds, e.g. 1 or 0.5)",
+    out_of_range=f"interval {{text}} is out of range (expected {MIN_INTERVAL:g} to {MAX_INTERVAL:g} seconds)",
+)
+
 # A TCP port, 0 (any free one) to 65535.
 port_number = number_in_range(
     int,

@@ -22,18 +22,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from neurontools.cli import (
+    MAX_INTERVAL,
+    MIN_INTERVAL,
     STOPPED,
     RaisingParser,
     UsageError,
     arguments,
-    number_in_range,
+    interval_seconds,
     options_or_status,
     port_number,
     print_error,
     stop_signals,
 )
 from neurontools.exporter.app import PROG, Exposition, create_app
-from neurontools.exporter.collector import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL, Collector, CompatFeed
+from neurontools.exporter.collector import DEFAULT_INTERVAL, Collector, CompatFeed
 from neurontools.exporter.server import listen, serve, url
 from neurontools.sources.address import AddressError
 from neurontools.sources.daemon_client import DaemonClient
@@ -78,15 +80,6 @@ class Options:
     enable_k8s_info: bool = False
 
 
-_interval = number_in_range(
-    float,
-    MIN_INTERVAL,
-    MAX_INTERVAL,
-    invalid="invalid interval {text!r} (expected seconds, e.g. 1 or 0.5)",
-    out_of_range=f"interval {{text}} is out of range (expected {MIN_INTERVAL:g} to {MAX_INTERVAL:g} seconds)",
-)
-
-
 def _bind(text: str) -> str:
     try:
         return str(ipaddress.ip_address(text.strip("[]")))
@@ -99,7 +92,7 @@ def parse_args(argv: Sequence[str]) -> Options:
     parser = RaisingParser(prog=PROG, add_help=False, allow_abbrev=False)
     parser.add_argument("--bind", type=_bind, default=DEFAULT_BIND)
     parser.add_argument("-p", "--port", type=port_number, default=DEFAULT_PORT)
-    parser.add_argument("--interval", type=_interval, default=DEFAULT_INTERVAL)
+    parser.add_argument("--interval", type=interval_seconds, default=DEFAULT_INTERVAL)
     parser.add_argument("--per-process", action="store_true")
     parser.add_argument("--enable-k8s-info", action="store_true")
     parser.add_argument("--version", action="store_true")

@@ -49,8 +49,6 @@ from neurontools.sources.tool_session import ToolSession
 __all__ = ["Accumulator", "CollectedState", "Collector", "CompatFeed", "Totals", "history_values"]
 
 DEFAULT_INTERVAL = 1.0
-MIN_INTERVAL = 0.1
-MAX_INTERVAL = 3600.0
 # executions are listed by end time; one can reach the daemon a little after a snapshot that it
 # ended before (its report is sent as it starts): ask for this much more than strictly needed,
 # the latency log's sequence numbers keep any execution from being counted twice

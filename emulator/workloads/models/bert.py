@@ -31,9 +31,6 @@ class BertConfig:
 
 # Byte-level encoder for real MLM training on a CPU: 256 byte values + [MASK].
 BERT_TINY = BertConfig(vocab_size=257, n_layers=4, hidden=128, n_heads=4, max_seq_len=256)
-# BERT-Large (Devlin et al. 2018): 24 layers, hidden 1024, 16 heads, FFN 4096, 512 positions,
-# 30522 WordPiece tokens (uncased vocabulary).
-BERT_LARGE = BertConfig(vocab_size=30522, n_layers=24, hidden=1024, n_heads=16, max_seq_len=512)
 
 
 class EncoderLayer(nn.Module):

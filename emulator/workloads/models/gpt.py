@@ -28,9 +28,6 @@ class GPTConfig:
 
 # Character-level model for real training on a CPU (byte vocabulary).
 GPT_TINY = GPTConfig(vocab_size=256, n_layers=4, d_model=128, n_heads=4, max_seq_len=256)
-# GPT-3 6.7B (Brown et al. 2020, table 2.1): 32 layers, d_model 4096, 32 heads, context 2048;
-# vocabulary 50257 BPE tokens padded to 50304 (a multiple of 128), as Megatron-LM does.
-GPT3_6_7B = GPTConfig(vocab_size=50304, n_layers=32, d_model=4096, n_heads=32, max_seq_len=2048)
 
 
 class Block(nn.Module):

@@ -1,17 +1,10 @@
-"""Model-scale models with published Trn1 training results, and the builder of one pipeline
-stage of any of them.
+"""The model-scale models: full-size models with published Trn1 training results (torch-free).
 
-Each :class:`ModelSpec` gives a full-size model's dimensions and where they come from. A stage is
-built on ``meta`` (shapes, no memory, no values) for the tensor-/pipeline-parallel place that
-:func:`emulator.parallel.comm.state` describes::
-
-    set_communicator(RecordingCommunicator(RankGrid(tp=8, pp=4).state_at(pp=1, sequence_parallel=True)))
-    stage = build_stage(MODELS["gpt3-6.7b"], seq_len=2048, recompute=True)
-    loss_or_activation = stage(*stage_inputs(MODELS["gpt3-6.7b"], stage, micro_batch=1, seq_len=2048))
-
-Layers split evenly over the pipeline stages; the first stage also holds the embedding, the last
-the final norm, head and loss. ``docs/models.md`` has the table, the sources and the
-tensor-parallel layout.
+Each :class:`ModelSpec` gives a model's dimensions, where they come from and its published
+training recipe; the functions here derive what follows from the dimensions alone (padded
+vocabulary, parameter count, tensor-parallel key/value layout, the layouts a model accepts).
+The one model code that builds them is :mod:`emulator.parallel.models` (a pipeline stage on
+``meta``); ``docs/models.md`` has the table, the sources and the tensor-parallel layout.
 """
 
 from __future__ import annotations
@@ -21,20 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
-from emulator.parallel import comm
-from emulator.workloads.models.transformer import IGNORE_INDEX, StageModule, kv_layout
-
 __all__ = [
-    "IGNORE_INDEX",
     "MODELS",
     "ModelSpec",
-    "StageModule",
-    "build_stage",
     "count_parameters",
+    "kv_layout",
     "padded_vocab",
-    "stage_inputs",
     "tokens_per_sample",
     "validate",
 ]
@@ -370,6 +355,19 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+def kv_layout(heads: int, kv_heads: int, tp: int) -> tuple[int, int]:
+    """(key/value heads per rank, replication factor). KV heads split over tp when tp divides
+    them; when tp is a multiple of them each is replicated ``tp / kv_heads`` times (one per
+    rank), as NxD's GQA QKV layer (``kv_size_multiplier``) does."""
+    if kv_heads % tp == 0:
+        return kv_heads // tp, 1
+    if tp % kv_heads == 0 and heads % tp == 0:
+        return 1, tp // kv_heads
+    raise ValueError(
+        f"{kv_heads} key/value heads neither split over tensor-parallel size {tp} nor replicate evenly to it"
+    )
+
+
 def padded_vocab(spec: ModelSpec, tp: int = 1) -> int:
     """The embedding rows the model has at tensor-parallel size ``tp``."""
     if spec.vocab_multiple <= 0:
@@ -441,65 +439,3 @@ def validate(spec: ModelSpec, tp: int, pp: int, seq_len: int, *, sequence_parall
         raise ValueError(
             f"{name}: sequence parallelism needs the sequence length ({seq_len}) divisible by tensor-parallel size {tp}"
         )
-
-
-def build_stage(
-    spec: ModelSpec, *, seq_len: int, recompute: bool = False, device: str | torch.device = "meta"
-) -> StageModule:
-    """This rank's pipeline stage of ``spec`` (tp, pp, pp_rank, sequence_parallel from
-    :func:`emulator.parallel.comm.state`), built on ``device`` — ``meta`` for model-scale work:
-    no memory and no initialisation whatever the size. ``recompute`` checkpoints every
-    transformer layer (its forward runs again in backward)."""
-    state = comm.state()
-    validate(spec, state.tp, state.pp, seq_len, sequence_parallel=state.sequence_parallel)
-    if not 0 <= state.pp_rank < state.pp:
-        raise ValueError(f"{spec.name}: pipeline rank {state.pp_rank} is outside 0..{state.pp - 1}")
-    if not 0 <= state.tp_rank < state.tp:
-        raise ValueError(f"{spec.name}: tensor-parallel rank {state.tp_rank} is outside 0..{state.tp - 1}")
-    with torch.device(device):
-        return StageModule(
-            spec,
-            seq_len=seq_len,
-            recompute=recompute,
-            vocab=padded_vocab(spec, state.tp),
-            parameters_total=count_parameters(spec, state.tp),
-        )
-
-
-def stage_inputs(
-    spec: ModelSpec, module: StageModule, micro_batch: int, seq_len: int, *, device: str | torch.device = "meta"
-) -> tuple[torch.Tensor, ...]:
-    """One micro-batch of ``module``'s inputs, in :attr:`StageModule.input_names` order: token ids
-    ``[b, s]`` (+ token types) or images ``[b, c, H, W]`` on the first stage, the activation
-    ``[s, b, h]`` (``[s/tp, b, h]`` under sequence parallelism, ``requires_grad``) on the
-    others; labels on the last (``[b, s]`` tokens, BERT: + NSP ``[b]``, ViT: ``[b]``).
-    Random values when ``device`` is not ``meta``."""
-    meta = torch.device(device).type == "meta"
-    vocab = max(spec.vocab, 1)
-
-    def ids(*shape: int, high: int) -> torch.Tensor:
-        if meta:
-            return torch.empty(*shape, dtype=torch.long, device=device)
-        return torch.randint(0, high, shape, device=device)
-
-    def floats(*shape: int) -> torch.Tensor:
-        return torch.empty(*shape, device=device) if meta else torch.randn(*shape, device=device)
-
-    inputs: list[torch.Tensor] = []
-    if not module.first:
-        local = seq_len // module.tp if module.sequence_parallel else seq_len
-        inputs.append(floats(local, micro_batch, spec.hidden).requires_grad_())
-    elif spec.family == "vit":
-        inputs.append(floats(micro_batch, spec.channels, spec.image_size, spec.image_size))
-    else:
-        inputs.append(ids(micro_batch, seq_len, high=vocab))
-        if spec.family == "bert":
-            inputs.append(ids(micro_batch, seq_len, high=spec.type_vocab))
-    if module.last:
-        if spec.family == "vit":
-            inputs.append(ids(micro_batch, high=spec.num_classes))
-        else:
-            inputs.append(ids(micro_batch, seq_len, high=vocab))
-            if spec.family == "bert":
-                inputs.append(ids(micro_batch, high=2))
-    return tuple(inputs)

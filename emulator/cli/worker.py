@@ -1,4 +1,4 @@
-"""One rank of a data-parallel run, started by torchrun: ``python -m emulator.workloads.worker NAME ...``.
+"""One rank of a data-parallel run, started by torchrun: ``python -m emulator.cli.worker NAME ...``.
 
 Takes the same training flags as ``neuron-emulator run`` (the core selection arrives through
 ``NEURON_RT_VISIBLE_CORES`` and torchrun's ``LOCAL_RANK``); rank 0 reports progress.
@@ -17,14 +17,15 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from emulator.cli.args import ArgumentError
+from emulator.cli.training import add_training_arguments, config_from_args, run_environment
 from emulator.lifecycle import die_with_parent, launcher_pid
-from emulator.workloads.cli import ArgumentError, add_training_arguments, config_from_args, run_environment
 from emulator.workloads.errors import report_error
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     die_with_parent(signal.SIGTERM, grandparent=launcher_pid())
-    parser = argparse.ArgumentParser(prog="python -m emulator.workloads.worker")
+    parser = argparse.ArgumentParser(prog="python -m emulator.cli.worker")
     add_training_arguments(parser)
     args = parser.parse_args(argv)
     try:

@@ -13,9 +13,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from emulator.cli.args import add_daemon_address, daemon_address, node_index
 from emulator.runtime.core_spec import format_core_ids
 from emulator.runtime.faults import HARDWARE_ERROR_STATUS
-from neurontools.cli import CliError, UsageError, number_in_range
+from neurontools.cli import CliError, UsageError
 from neurontools.contract.names import ECC_EVENTS, MEM_ECC_UNCORRECTED
 from neurontools.sources.address import DaemonAddress
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
@@ -25,18 +26,11 @@ KINDS = ("slow", "nan", "ecc", "efa", "node-down", "clear")
 NODE_DOWN = "node-down"
 DEFAULT_ECC_EVENT = MEM_ECC_UNCORRECTED.key  # `neuron-emulator fault ecc` without --type
 MAX_SLOW_FACTOR = 1000.0
-MAX_NODE_INDEX = 63  # a cluster has at most 64 nodes (emulator/cluster/nodes.py)
 
-_node_index = number_in_range(
-    int,
-    0,
-    MAX_NODE_INDEX,
-    invalid="invalid node index {text!r} (expected an integer 0-63: a node of 'neuron-emulator cluster status')",
-    out_of_range=f"node {{value}} is out of range (expected 0 to {MAX_NODE_INDEX})",
-)
+Handler = Callable[[argparse.Namespace], int]
 
 
-def add_fault_command(sub: Any) -> None:
+def add(sub: Any) -> dict[str, Handler]:
     """The ``fault`` subcommand on ``sub`` (the subparsers of ``neuron-emulator``)."""
     fault = sub.add_parser(
         "fault",
@@ -63,24 +57,22 @@ def add_fault_command(sub: Any) -> None:
     where = fault.add_mutually_exclusive_group()
     where.add_argument(
         "--node",
-        type=_node_index,
+        type=node_index,
         metavar="N",
         help="node N of the running cluster (neuron-emulator cluster status); default: NEURON_EMULATOR_ADDR",
     )
-    where.add_argument("--socket", metavar="PATH", help="daemon socket (default: NEURON_EMULATOR_ADDR)")
-    where.add_argument("--port", type=int, metavar="N", help="daemon on 127.0.0.1:N")
+    add_daemon_address(where)
+    return {"fault": run_fault}
 
 
-def target_address(
-    args: argparse.Namespace, address_of: Callable[[argparse.Namespace], DaemonAddress]
-) -> DaemonAddress:
+def target_address(args: argparse.Namespace) -> DaemonAddress:
     """The daemon of the node the fault is for: node ``--node N`` of the running cluster, else
-    ``--socket``/``--port``/NEURON_EMULATOR_ADDR (``address_of``, the command line's own resolution)."""
+    ``--socket``/``--port``/NEURON_EMULATOR_ADDR (the command line's one resolution)."""
     if getattr(args, "node", None) is not None:
         from emulator.cluster.control import node_address
 
         return node_address(args.node)
-    return address_of(args)
+    return daemon_address(args)
 
 
 def fault_body(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -127,11 +119,11 @@ def _factor(value: float | None, kind: str) -> float:
     return value
 
 
-def run_fault(args: argparse.Namespace, address_of: Callable[[argparse.Namespace], DaemonAddress]) -> int:
+def run_fault(args: argparse.Namespace) -> int:
     if args.kind == NODE_DOWN:
-        return run_node_down(args, address_of)
+        return run_node_down(args)
     body = fault_body(args)
-    client = DaemonClient(target_address(args, address_of), timeout=3.0)
+    client = DaemonClient(target_address(args), timeout=3.0)
     try:
         answer = client.delete("/faults") if body is None else client.post("/faults", body)
     except DaemonUnavailable as exc:
@@ -143,7 +135,7 @@ def run_fault(args: argparse.Namespace, address_of: Callable[[argparse.Namespace
     return 0
 
 
-def run_node_down(args: argparse.Namespace, address_of: Callable[[argparse.Namespace], DaemonAddress]) -> int:
+def run_node_down(args: argparse.Namespace) -> int:
     """``fault node-down``: the cluster's host kills the node's runtime processes and stops its
     daemon and exporter. The node is ``--node N``, or the cluster node at the daemon address."""
     from emulator.cluster.control import node_at, running_cluster, take_down
@@ -151,7 +143,7 @@ def run_node_down(args: argparse.Namespace, address_of: Callable[[argparse.Names
     fault_body(args)  # refuses the flags of other kinds
     index = args.node
     if index is None:
-        address = address_of(args)
+        address = daemon_address(args)
         found = node_at(address)
         if found is None:
             raise CliError(

@@ -16,30 +16,18 @@ import argparse
 import os
 import shutil
 import sys
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import emulator
+from emulator.compat.shim_path import shim_environment
+from neurontools.cli import CliError, UsageError
+from neurontools.sources.daemon_client import DaemonClient, DaemonUnavailable
 
-SHIMS = Path(emulator.__file__).resolve().parent / "shims"
 NOT_FOUND_STATUS = 127
+Handler = Callable[[argparse.Namespace], int]
 
 
-def shim_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with the shims first on ``PYTHONPATH`` and their ``bin`` (and this Python's) on ``PATH``."""
-    out = dict(env)
-    package_root = str(SHIMS.parent.parent)  # where `import emulator` resolves, for the shims' imports
-    paths = [str(SHIMS), package_root]
-    paths += [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p and p not in paths]
-    out["PYTHONPATH"] = os.pathsep.join(paths)
-    bins = [str(SHIMS / "bin"), str(Path(sys.executable).parent)]
-    bins += [p for p in out.get("PATH", os.defpath).split(os.pathsep) if p and p not in bins]
-    out["PATH"] = os.pathsep.join(bins)
-    return out
-
-
-def add_exec_command(sub: Any) -> dict[str, Any]:
+def add(sub: Any) -> dict[str, Handler]:
     p = sub.add_parser(
         "exec",
         help="run a command (python, torchrun, neuron_parallel_compile ...) with the emulator's torch_xla, "
@@ -54,9 +42,6 @@ def add_exec_command(sub: Any) -> dict[str, Any]:
 
 
 def run_exec(args: argparse.Namespace) -> int:
-    from neurontools.cli import CliError, UsageError
-    from neurontools.sources.daemon_client import DaemonClient, DaemonUnavailable
-
     argv = list(args.argv)
     if argv[:1] == ["--"]:
         argv = argv[1:]

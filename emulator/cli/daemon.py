@@ -1,9 +1,5 @@
-"""``neuron-emulator``: start, stop and inspect the emulated Trn1 instance daemon.
-
-Errors follow the argparse-like style of ``neurontools.cli``: one line on stderr, exit 2 for a
-flag that cannot be used, 1 for anything else (docs/fuzzing.md); a stop signal during ``run``
-exits 128 + the signal (docs/lifecycle.md).
-"""
+"""``neuron-emulator up``, ``down`` and ``status``: start, stop and inspect the emulated instance's
+daemon (docs/security.md for who may connect)."""
 
 from __future__ import annotations
 
@@ -12,27 +8,22 @@ import ipaddress
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable
+from typing import Any
 
-from emulator.fault_cli import add_fault_command, run_fault, status_lines
-from neurontools.cli import CliError, RaisingParser, UsageError, print_error, print_usage_error
-from neurontools.sources.address import (
-    AddressError,
-    DaemonAddress,
-    parse_address,
-    private_runtime_dir,
-    resolve_address,
-    runtime_dir,
-)
-from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
+from emulator.cli.args import add_daemon_address, add_instance_type, daemon_address
+from emulator.cli.detach import last_line, open_log, spawn
+from emulator.cli.fault import status_lines
+from neurontools.cli import CliError, UsageError
+from neurontools.sources.address import DaemonAddress, private_runtime_dir, runtime_dir
+from neurontools.sources.daemon_client import DaemonClient, DaemonUnavailable
+
+Handler = Callable[[argparse.Namespace], int]
 
 PROG = "neuron-emulator"
 DETACH_TIMEOUT_S = 30.0
 DOWN_TIMEOUT_S = 10.0
-USAGE_STATUS = 2  # a flag that cannot be used (UsageError): argparse's exit status
 IDENTITY_FLAGS = (
     "--instance-id",
     "--instance-name",
@@ -44,34 +35,9 @@ IDENTITY_FLAGS = (
 )
 
 
-def _add_instance_type(parser: argparse.ArgumentParser, default: str) -> None:
-    """``--instance-type/-i TYPE``: which catalog instance to emulate."""
-    from emulator.hardware.instance_types import INSTANCE_TYPES
-
-    parser.add_argument(
-        "--instance-type",
-        "-i",
-        default=default,
-        choices=list(INSTANCE_TYPES),
-        metavar="TYPE",
-        help=f"one of {', '.join(INSTANCE_TYPES)} (default {default})",
-    )
-
-
-def _build_parser() -> argparse.ArgumentParser:
-    parser = RaisingParser(  # a parse error is one clear line, not a usage dump
-        prog=PROG,
-        description="Emulated AWS Trn1 instance: a daemon that real training processes attach to, "
-        "and that neuron-ls, neuron-top and neuron-monitor read.",
-        epilog="The daemon address is NEURON_EMULATOR_ADDR (a socket path or http://127.0.0.1:PORT), "
-        "default $XDG_RUNTIME_DIR/neuron-emulator.sock or /tmp/neuron-emulator-<uid>/daemon.sock. "
-        "Access rules: docs/security.md.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=RaisingParser)
-    sub.required = True
-
+def add_up(sub: Any) -> dict[str, Handler]:
     up = sub.add_parser("up", help="start the emulated instance daemon")
-    _add_instance_type(up, "trn1.2xlarge")
+    add_instance_type(up, "trn1.2xlarge")
     up.add_argument("--detach", "-d", action="store_true", help="run in the background; return once it answers")
     where = up.add_mutually_exclusive_group()
     where.add_argument("--socket", metavar="PATH", help="listen on this Unix socket")
@@ -100,54 +66,19 @@ def _build_parser() -> argparse.ArgumentParser:
     ident.add_argument("--availability-zone-id", metavar="AZID", help="default usw2-az4")
     ident.add_argument("--ami-id", metavar="AMI", help="e.g. ami-0123456789abcdef0")
     ident.add_argument("--subnet-id", metavar="SUBNET", help="e.g. subnet-0123456789abcdef0")
+    return {"up": _cmd_up}
 
-    from emulator.workloads.cli import add_subcommands
 
-    workload_handlers = add_subcommands(sub)
-    from emulator.cluster.cli import add_cluster_command
-
-    workload_handlers.update(add_cluster_command(sub))  # `cluster up|status|down` (docs/cluster.md)
-    from emulator.compat.exec_cli import add_exec_command
-
-    workload_handlers.update(add_exec_command(sub))  # `exec -- CMD`: unmodified scripts (docs/run-your-script.md)
-
+def add_down_status(sub: Any) -> dict[str, Handler]:
     for name, text in (
         ("down", "stop the daemon"),
         ("status", "show whether a daemon runs and what it holds"),
     ):
         p = sub.add_parser(name, help=text)
-        p.add_argument("--socket", metavar="PATH", help="daemon socket (default: NEURON_EMULATOR_ADDR)")
-        p.add_argument("--port", type=int, metavar="N", help="daemon on 127.0.0.1:N")
+        add_daemon_address(p)
         if name == "status":
             p.add_argument("--json", action="store_true", help="print the daemon's status object as JSON")
-    demo = sub.add_parser(
-        "demo",
-        help="daemon + a parallel job over most cores + real training + neuron-exporter on :8000 + neuron-top; "
-        "q stops all of it",
-    )
-    _add_instance_type(demo, "trn1.32xlarge")
-    demo.add_argument(
-        "--workload",
-        default="gpt-tiny",
-        metavar="NAME",
-        help="real-math workload beside the parallel job (default gpt-tiny)",
-    )
-    demo.add_argument(
-        "--exporter-port", type=int, default=8000, metavar="N", help="neuron-exporter port (default 8000)"
-    )
-    add_fault_command(sub)
-    parser.set_defaults(workload_handlers=workload_handlers)
-    return parser
-
-
-def _address(args: argparse.Namespace) -> DaemonAddress:
-    if getattr(args, "port", None) is not None:
-        if not 1 <= args.port <= 65535:
-            raise CliError(f"--port {args.port}: expected 1-65535")
-        return parse_address(f"http://127.0.0.1:{args.port}")
-    if getattr(args, "socket", None):
-        return parse_address(args.socket)
-    return resolve_address()
+    return {"down": _cmd_down, "status": _cmd_status}
 
 
 def _up_address(args: argparse.Namespace) -> tuple[DaemonAddress, int | None]:
@@ -162,7 +93,7 @@ def _up_address(args: argparse.Namespace) -> tuple[DaemonAddress, int | None]:
             gid = resolve_group(args.socket_group)
         except SecurityError as exc:
             raise UsageError(str(exc)) from None
-    address = _address(args)
+    address = daemon_address(args)
     if args.bind is None:
         return address, gid
     if args.port is None:
@@ -215,43 +146,9 @@ def _up_detached(args: argparse.Namespace, address: DaemonAddress) -> int:
     status = probe(address)
     if status:
         raise CliError(str(already_running_error(address, status)))
-    # The child runs in the foreground at the address this process resolved, with the same identity.
-    argv = ["up", "--instance-type", args.instance_type]
-    argv += ["--socket", address.socket_path] if address.socket_path else ["--port", str(address.port)]
-    for flag, value in (("--bind", args.bind), ("--socket-group", args.socket_group)):
-        if value is not None:
-            argv += [flag, value]
-    for flag in IDENTITY_FLAGS:
-        value = getattr(args, flag.lstrip("-").replace("-", "_"))
-        if value:
-            argv += [flag, value]
-    log_path = args.log_file or (
-        address.socket_path + ".log"
-        if address.socket_path
-        else os.path.join(runtime_dir(), f"neuron-emulator-{address.port}.log")
-    )
-    if not args.log_file:  # the default log lives in the daemon's own directory: check it first
-        from emulator.daemon.security import SecurityError, ensure_runtime_dir
-
-        directory = os.path.dirname(log_path)
-        if os.path.isdir(directory) or directory == private_runtime_dir():
-            try:
-                ensure_runtime_dir(directory)
-            except SecurityError as exc:
-                raise CliError(str(exc)) from None
-    try:
-        log = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")  # for the child
-    except OSError as exc:
-        raise CliError(f"cannot open log file {log_path}: {exc.strerror}") from None
-    with log:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "emulator.cli", *argv],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            close_fds=True,
-        )
+    log_path = _log_path(args, address)
+    with open_log(log_path) as log:  # for the child
+        child = spawn(_child_argv(args, address), log)
     deadline = time.monotonic() + DETACH_TIMEOUT_S
     while time.monotonic() < deadline:
         status = probe(address, timeout=1.0)
@@ -262,24 +159,49 @@ def _up_detached(args: argparse.Namespace, address: DaemonAddress) -> int:
             )
             return 0
         if child.poll() is not None:
-            raise CliError(_last_line(log_path) or f"daemon exited with status {child.returncode}")
+            raise CliError(last_line(log_path) or f"daemon exited with status {child.returncode}")
         time.sleep(0.05)
     child.terminate()
     raise CliError(f"daemon did not answer at {address} within {DETACH_TIMEOUT_S:g} s (log: {log_path})")
 
 
-def _last_line(path: str) -> str:
-    try:
-        with open(path, "rb") as fh:
-            lines = [ln.strip() for ln in fh.read().decode(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return ""
-    last = lines[-1] if lines else ""
-    return last.removeprefix(f"{PROG}: error: ")
+def _child_argv(args: argparse.Namespace, address: DaemonAddress) -> list[str]:
+    """The foreground ``up`` the detached child runs: at the address this process resolved, with
+    the same identity."""
+    argv = ["up", "--instance-type", args.instance_type]
+    argv += ["--socket", address.socket_path] if address.socket_path else ["--port", str(address.port)]
+    for flag, value in (("--bind", args.bind), ("--socket-group", args.socket_group)):
+        if value is not None:
+            argv += [flag, value]
+    for flag in IDENTITY_FLAGS:
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value:
+            argv += [flag, value]
+    return argv
+
+
+def _log_path(args: argparse.Namespace, address: DaemonAddress) -> str:
+    """``--log-file``, else beside the socket (or in the runtime directory), that directory checked."""
+    if args.log_file:
+        return str(args.log_file)
+    log_path = (
+        address.socket_path + ".log"
+        if address.socket_path
+        else os.path.join(runtime_dir(), f"neuron-emulator-{address.port}.log")
+    )
+    from emulator.daemon.security import SecurityError, ensure_runtime_dir
+
+    directory = os.path.dirname(log_path)
+    if os.path.isdir(directory) or directory == private_runtime_dir():
+        try:
+            ensure_runtime_dir(directory)
+        except SecurityError as exc:
+            raise CliError(str(exc)) from None
+    return log_path
 
 
 def _cmd_down(args: argparse.Namespace) -> int:
-    address = _address(args)
+    address = daemon_address(args)
     client = DaemonClient(address, timeout=3.0)
     try:
         status = client.get("/status")
@@ -340,7 +262,7 @@ def _pid_alive(pid: int) -> bool:
 def _cmd_status(args: argparse.Namespace) -> int:
     import json
 
-    address = _address(args)
+    address = daemon_address(args)
     client = DaemonClient(address, timeout=3.0)
     try:
         status = client.get("/status")
@@ -365,47 +287,3 @@ def _cmd_status(args: argparse.Namespace) -> int:
         print("faults:        (neuron-emulator fault clear removes them)")
         print("\n".join(faults))
     return 0
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from emulator.demo import run_demo
-    from emulator.workloads import WORKLOADS
-
-    if args.workload not in WORKLOADS or not WORKLOADS[args.workload].real_math:
-        real = ", ".join(name for name, spec in WORKLOADS.items() if spec.real_math)
-        raise CliError(f"--workload {args.workload!r}: the demo's second job is a real-math workload ({real})")
-    if not 1 <= args.exporter_port <= 65535:
-        raise CliError(f"--exporter-port {args.exporter_port}: expected 1-65535")
-    if not sys.stdout.isatty():
-        raise CliError("demo runs neuron-top in the foreground and needs a terminal")
-    return run_demo(args.instance_type, args.workload, args.exporter_port)
-
-
-def _cmd_fault(args: argparse.Namespace) -> int:
-    return run_fault(args, _address)  # emulator/fault_cli.py
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except UsageError as exc:  # raised by the parser of the (sub)command that refused the flag
-        return print_usage_error(exc.prog or PROG, str(exc), USAGE_STATUS, quoted=True)
-    handlers = {"up": _cmd_up, "down": _cmd_down, "status": _cmd_status, "fault": _cmd_fault, "demo": _cmd_demo}
-    handlers.update(args.workload_handlers)
-    try:
-        return handlers[args.command](args)
-    except UsageError as exc:
-        return print_error(PROG, str(exc), USAGE_STATUS)
-    except (CliError, AddressError) as exc:
-        return print_error(PROG, str(exc))
-    except DaemonError as exc:
-        return print_error(PROG, f"daemon refused: {exc}")
-    except KeyboardInterrupt as exc:  # Ctrl-C, or a stop signal turned into one (docs/lifecycle.md)
-        from emulator.lifecycle import exit_status
-
-        return exit_status(exc)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

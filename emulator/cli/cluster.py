@@ -12,17 +12,17 @@ used, 1 for anything else (a cluster already running, none running, a start that
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
+from emulator.cli.args import add_instance_type, interval_seconds, node_count, node_index, port_base
+from emulator.cli.detach import last_line, open_log, spawn
+from emulator.cluster.cleanup import remove_leftovers
 from emulator.cluster.layout import Layout
 from emulator.cluster.nodes import (
     DEFAULT_INSTANCE_TYPE,
@@ -34,53 +34,21 @@ from emulator.cluster.nodes import (
     plan_nodes,
     shared_identity,
 )
-from emulator.cluster.state import ClusterState, StateError, read_state, remove_files
+from emulator.cluster.state import ClusterState, StateError, read_state
 from emulator.cluster.status import cluster_status, daemon_status, exporter_ready, render_table
-from neurontools.cli import CliError, RaisingParser, UsageError, number_in_range, silence_stdout
+from neurontools.cli import CliError, RaisingParser, UsageError, silence_stdout
 
 PROG = "neuron-emulator"
 DETACH_TIMEOUT_S = 120.0  # 64 nodes start in well under this on a 2-vCPU host (docs/cluster.md)
 DOWN_TIMEOUT_S = 30.0
 NODE_UP_TIMEOUT_S = 10.0
-MIN_INTERVAL, MAX_INTERVAL = 0.1, 3600.0  # neuron-exporter's --interval range
 IDENTITY_FLAGS = ("--region", "--availability-zone", "--availability-zone-id", "--ami-id", "--subnet-id")
 
 Handler = Callable[[argparse.Namespace], int]
 
-_nodes = number_in_range(
-    int,
-    MIN_NODES,
-    MAX_NODES,
-    invalid="invalid node count {text!r} (expected an integer 1-64)",
-    out_of_range=f"{{value}} nodes is out of range (expected {MIN_NODES} to {MAX_NODES})",
-)
-_node_index = number_in_range(
-    int,
-    0,
-    MAX_NODES - 1,
-    invalid="invalid node index {text!r} (expected an integer 0-63: a node of 'neuron-emulator cluster status')",
-    out_of_range=f"node {{value}} is out of range (expected 0 to {MAX_NODES - 1})",
-)
-_port_base = number_in_range(
-    int,
-    0,
-    65535,
-    invalid="invalid port {text!r} (expected an integer 1-65535, or 0 for ports the kernel picks)",
-    out_of_range="port {value} is out of range (expected 1-65535, or 0)",
-)
-_interval = number_in_range(
-    float,
-    MIN_INTERVAL,
-    MAX_INTERVAL,
-    invalid="invalid interval {text!r} (expected seconds, e.g. 1 or 0.5)",
-    out_of_range=f"interval {{text}} is out of range (expected {MIN_INTERVAL:g} to {MAX_INTERVAL:g} seconds)",
-)
 
-
-def add_cluster_command(subparsers: Any) -> dict[str, Handler]:
-    """Add ``cluster`` (with ``up``, ``status``, ``down``) to ``neuron-emulator``'s subcommands."""
-    from emulator.hardware.instance_types import INSTANCE_TYPES
-
+def add(subparsers: Any) -> dict[str, Handler]:
+    """``cluster`` with ``up``, ``status``, ``down`` and ``node-up``."""
     cluster = subparsers.add_parser(
         "cluster",
         help="an emulated fleet: N nodes, each with its own daemon and neuron-exporter, in one process",
@@ -89,28 +57,32 @@ def add_cluster_command(subparsers: Any) -> dict[str, Handler]:
     )
     sub = cluster.add_subparsers(dest="cluster_command", metavar="COMMAND", parser_class=RaisingParser)
     sub.required = True
-
-    up = sub.add_parser("up", help="start a cluster (one at a time per user)")
-    up.add_argument("--nodes", "-n", type=_nodes, required=True, metavar="N", help=f"{MIN_NODES}-{MAX_NODES} nodes")
-    up.add_argument(
-        "--instance-type",
-        "-i",
-        default=DEFAULT_INSTANCE_TYPE,
-        choices=list(INSTANCE_TYPES),
-        metavar="TYPE",
-        help=f"one of {', '.join(INSTANCE_TYPES)} (default {DEFAULT_INSTANCE_TYPE})",
+    _add_up(sub.add_parser("up", help="start a cluster (one at a time per user)"))
+    status = sub.add_parser("status", help="the nodes, their addresses and exporters (exit 1 if no cluster runs)")
+    status.add_argument("--json", action="store_true", help="print the cluster and its nodes as JSON")
+    sub.add_parser("down", help="stop the cluster; its state, sockets and target file are removed")
+    node_up = sub.add_parser(
+        "node-up",
+        help="bring back a node taken down by 'neuron-emulator fault node-down' (a new daemon and exporter)",
     )
+    node_up.add_argument("--node", type=node_index, required=True, metavar="N", help="the node's index")
+    return {"cluster": cmd_cluster}
+
+
+def _add_up(up: argparse.ArgumentParser) -> None:
+    up.add_argument("--nodes", "-n", type=node_count, required=True, metavar="N", help=f"{MIN_NODES}-{MAX_NODES} nodes")
+    add_instance_type(up, DEFAULT_INSTANCE_TYPE)
     up.add_argument("--detach", "-d", action="store_true", help="run in the background; return once every node answers")
     up.add_argument(
         "--exporter-port-base",
-        type=_port_base,
+        type=port_base,
         default=0,
         metavar="P",
         help="node i's neuron-exporter on 127.0.0.1:P+i (default: ports the kernel picks; see status)",
     )
     up.add_argument(
         "--exporter-interval",
-        type=_interval,
+        type=interval_seconds,
         default=1.0,
         metavar="SECONDS",
         help="each exporter's collection interval (default 1)",
@@ -133,16 +105,6 @@ def add_cluster_command(subparsers: Any) -> dict[str, Handler]:
     ident.add_argument(
         "--placement-group", default=DEFAULT_PLACEMENT_GROUP, metavar="NAME", help=f"default {DEFAULT_PLACEMENT_GROUP}"
     )
-
-    status = sub.add_parser("status", help="the nodes, their addresses and exporters (exit 1 if no cluster runs)")
-    status.add_argument("--json", action="store_true", help="print the cluster and its nodes as JSON")
-    sub.add_parser("down", help="stop the cluster; its state, sockets and target file are removed")
-    node_up = sub.add_parser(
-        "node-up",
-        help="bring back a node taken down by 'neuron-emulator fault node-down' (a new daemon and exporter)",
-    )
-    node_up.add_argument("--node", type=_node_index, required=True, metavar="N", help="the node's index")
-    return {"cluster": cmd_cluster}
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
@@ -251,20 +213,10 @@ def _up_detached(args: argparse.Namespace, layout: Layout) -> int:
         ensure_runtime_dir(layout.directory)
     except SecurityError as exc:
         raise CliError(str(exc)) from None
-    try:
-        log = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
-    except OSError as exc:
-        raise CliError(f"cannot open log file {log_path}: {exc.strerror}") from None
+    log = open_log(log_path)
     with stop_on_signals():
         with log:
-            host = subprocess.Popen(
-                [sys.executable, "-m", "emulator.cli", *_host_argv(args, log_path)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,  # detached: it outlives this command
-                close_fds=True,
-            )
+            host = spawn(_host_argv(args, log_path), log)  # detached: it outlives this command
         try:
             state = _wait_ready(host, layout, log_path)
         except BaseException:  # a failed start, a timeout, Ctrl-C: nothing of it stays behind
@@ -284,7 +236,7 @@ def _wait_ready(host: subprocess.Popen[bytes], layout: Layout, log_path: str) ->
     waiting: list[int] | None = None  # nodes not answering yet
     while time.monotonic() < deadline:
         if host.poll() is not None:
-            raise CliError(_last_line(log_path) or f"the cluster host exited with status {host.returncode}")
+            raise CliError(last_line(log_path) or f"the cluster host exited with status {host.returncode}")
         try:
             state = read_state(layout)
         except StateError:
@@ -313,15 +265,6 @@ def _stop_host(host: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         host.kill()
         host.wait()
-
-
-def _last_line(path: str) -> str:
-    try:
-        with open(path, "rb") as fh:
-            lines = [ln.strip() for ln in fh.read().decode(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return ""
-    return lines[-1].removeprefix(f"{PROG}: error: ") if lines else ""
 
 
 def _print_lines(lines: list[str]) -> None:
@@ -385,7 +328,7 @@ def _cmd_down(args: argparse.Namespace) -> int:
     if state is None:
         raise CliError(f"no cluster running (no state file {layout.state_file})")
     if not host_alive(state):
-        _remove_leftovers(state, layout)
+        remove_leftovers(state, layout)
         print(f"{PROG}: the cluster's host (pid {state.pid}) was gone; removed its state, sockets and target file")
         return 0
     try:
@@ -399,38 +342,6 @@ def _cmd_down(args: argparse.Namespace) -> int:
         if time.monotonic() > deadline:
             raise CliError(f"the cluster host (pid {state.pid}) did not stop within {DOWN_TIMEOUT_S:g} s")
         time.sleep(0.05)
-    _remove_leftovers(state, layout)  # nothing, after a clean stop
+    remove_leftovers(state, layout)  # nothing, after a clean stop
     print(f"{PROG}: stopped the cluster of {len(state.nodes)} nodes (host pid {state.pid})")
     return 0
-
-
-def _remove_leftovers(state: ClusterState, layout: Layout) -> None:
-    """What a host that is gone may have left: state, target file, node sockets and their locks."""
-    remove_files(state, layout)
-    for node in state.nodes:
-        if node.address.startswith(layout.node_dir + os.sep):
-            for path in (node.address, node.address + ".lock"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-    for path in (layout.control_socket, layout.control_socket + ".lock"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-    with contextlib.suppress(OSError):
-        os.rmdir(layout.node_dir)
-    _remove_free_lock(layout)
-
-
-def _remove_free_lock(layout: Layout) -> None:
-    """The cluster lock file, unless a host (starting or running) holds it."""
-    try:
-        fd = os.open(layout.lock_file, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return
-    with contextlib.suppress(OSError):
-        os.unlink(layout.lock_file)
-    os.close(fd)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -42,9 +41,7 @@ from emulator.parallel.mappings import (
     tp_size,
 )
 from emulator.parallel.partition import mark_sequence_parallel, set_tensor_model_parallel_attributes
-
-if TYPE_CHECKING:
-    from emulator.workloads.models.zoo import ModelSpec
+from emulator.workloads.models.zoo import ModelSpec, kv_layout
 
 IGNORE_INDEX = -100  # MLM label of the positions that are not predicted (HF convention)
 
@@ -159,19 +156,6 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 # --------------------------------------------------------------------------------------------
 # Transformer layer
 # --------------------------------------------------------------------------------------------
-
-
-def kv_layout(heads: int, kv_heads: int, tp: int) -> tuple[int, int]:
-    """(key/value heads per rank, replication factor). KV heads split over tp when tp divides
-    them; when tp is a multiple of them each is replicated ``tp / kv_heads`` times (one per
-    rank), as NxD's GQA QKV layer (``kv_size_multiplier``) does."""
-    if kv_heads % tp == 0:
-        return kv_heads // tp, 1
-    if tp % kv_heads == 0 and heads % tp == 0:
-        return 1, tp // kv_heads
-    raise ValueError(
-        f"{kv_heads} key/value heads neither split over tensor-parallel size {tp} nor replicate evenly to it"
-    )
 
 
 class Attention(nn.Module):
@@ -428,7 +412,7 @@ class StageModule(nn.Module):
     images), the others the previous stage's activation ``[s, b, h]`` (``[s/tp, b, h]`` under
     sequence parallelism); the last stage also takes the labels and returns the scalar loss, the
     others return the activation for the next stage. Build with
-    :func:`emulator.workloads.models.zoo.build_stage`.
+    :func:`emulator.parallel.models.stage.build_stage`.
     """
 
     def __init__(self, spec: ModelSpec, *, seq_len: int, recompute: bool, vocab: int, parameters_total: int) -> None:

@@ -44,15 +44,16 @@ TERMINAL = ("120", "40")
 def viewer_cpu(run: Run, name: str, argv: list[str], seconds: float) -> tuple[float, int]:
     """Run ``argv`` in a detached tmux terminal; CPU % of one core over ``seconds`` after a warm-up."""
     session = f"nt-topbench-{name}-{time.monotonic_ns()}"
+    tmux = ["tmux", "-L", session]  # a server of its own: it starts with this process's environment
     env_prefix = f"PATH={BIN}:$PATH NEURON_EMULATOR_ADDR={run.address}"
     command = f"{env_prefix} exec {' '.join(argv)}"
     subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", TERMINAL[0], "-y", TERMINAL[1], command], check=True
+        [*tmux, "new-session", "-d", "-s", session, "-x", TERMINAL[0], "-y", TERMINAL[1], command], check=True
     )
     try:
         pane_pid = int(
             subprocess.run(
-                ["tmux", "list-panes", "-t", session, "-F", "#{pane_pid}"], capture_output=True, text=True, check=True
+                [*tmux, "list-panes", "-t", session, "-F", "#{pane_pid}"], capture_output=True, text=True, check=True
             ).stdout.split()[0]
         )
         proc = psutil.Process(pane_pid)
@@ -63,9 +64,9 @@ def viewer_cpu(run: Run, name: str, argv: list[str], seconds: float) -> tuple[fl
         after = cpu_seconds(tree)
         return 100.0 * (after - before) / seconds, len(tree)
     finally:
-        subprocess.run(["tmux", "send-keys", "-t", session, "q"], capture_output=True)
+        subprocess.run([*tmux, "send-keys", "-t", session, "q"], capture_output=True)
         time.sleep(1)
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
 
 
 def main() -> int:

@@ -253,7 +253,7 @@ def make_source(opts: Options, argv: Sequence[str]) -> SampleSource:
     if opts.from_stdin:
         return _stdin_source()
     client = daemon_client(_address(opts), timeout=max(2.0, min(opts.interval * 2, 10.0)))
-    return DaemonSource(client, opts.interval, __version__, " ".join([PROG, *argv]))
+    return DaemonSource(client, __version__, " ".join([PROG, *argv]))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -188,8 +188,8 @@ class ProcessPeriod:
         """Executions that finished (``FINISHED_EXECUTIONS``) per second; None without elapsed time."""
         if self.seconds <= 0:
             return None
-        executions = self.counts.executions
-        return sum(executions[key] for key in FINISHED_EXECUTIONS) / self.seconds
+        before = self.before.executions if self.before is not None else None
+        return sum(_increase(self.proc.executions, before, key) for key in FINISHED_EXECUTIONS) / self.seconds
 
     def latencies(self, since: float, until: float) -> tuple[Latency, ...]:
         """Its executions that ended in ``(since, until]`` (daemon monotonic seconds)."""

@@ -19,9 +19,10 @@ out when first read, once per sample.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import NamedTuple
 
 from neurontools.contract.schema import CORE_MEMORY_KEYS, HOST_MEMORY_KEYS, SUBGRAPH_DEVICE_MEMORY_KEYS
-from neurontools.contract.snapshot_models import LoadedModel, ProcessMemory
+from neurontools.contract.snapshot_models import LoadedModel, ProcessMemory, ProcessSnapshot
 from neurontools.report.period import Period, ProcessPeriod
 from neurontools.top.model import ENGINE_NAMES, AppSample, CoreStat, ModelMemory, Sample
 
@@ -73,10 +74,26 @@ def _models(models: tuple[LoadedModel, ...], per_device: int) -> tuple[ModelMemo
     return tuple(out)
 
 
-def _core_memory(memory: ProcessMemory) -> dict[int, dict[str, int]]:
-    return {
-        core: {key: getattr(usage, key) for key in CORE_MEMORY_KEYS} for core, usage in sorted(memory.cores.items())
-    }
+class MemoryFields(NamedTuple):
+    """A process's memory as ``AppSample`` holds it (gauges: known from its first snapshot)."""
+
+    host_memory: Mapping[str, int]  # HOST_MEMORY_KEYS -> bytes
+    host_total: int
+    device_total: int
+    core_memory: Mapping[int, Mapping[str, int]]  # core -> CORE_MEMORY_KEYS -> bytes
+    models: tuple[ModelMemory, ...]
+
+
+def memory_fields(memory: ProcessMemory, models: tuple[LoadedModel, ...], per_device: int) -> MemoryFields:
+    return MemoryFields(
+        host_memory={key: getattr(memory.host, key) for key in HOST_MEMORY_KEYS},
+        host_total=memory.host.total,
+        device_total=sum(usage.total for usage in memory.cores.values()),
+        core_memory={
+            core: {key: getattr(usage, key) for key in CORE_MEMORY_KEYS} for core, usage in sorted(memory.cores.items())
+        },
+        models=_models(models, per_device) if per_device else (),
+    )
 
 
 def _vcpu(process: ProcessPeriod) -> tuple[float, float] | None:
@@ -84,9 +101,9 @@ def _vcpu(process: ProcessPeriod) -> tuple[float, float] | None:
     return (user, system) if user is not None and system is not None else None
 
 
-def app_sample(process: ProcessPeriod, per_device: int, measured: bool) -> AppSample:
+def app_sample(process: ProcessPeriod, memory: MemoryFields, measured: bool) -> AppSample:
     """One live runtime process; ``measured``: the period has a baseline (else only gauges)."""
-    proc, memory = process.proc, process.proc.memory
+    proc = process.proc
     return AppSample(
         pid=proc.pid,
         tag=proc.tag or str(proc.pid),
@@ -101,30 +118,54 @@ def app_sample(process: ProcessPeriod, per_device: int, measured: bool) -> AppSa
         command=proc.command or None,
         compile_hits=proc.compile_cache.hits,
         compile_misses=proc.compile_cache.misses,
-        # memory: gauges, known from the first snapshot
-        host_memory={key: getattr(memory.host, key) for key in HOST_MEMORY_KEYS},
-        host_total=memory.host.total,
-        device_total=sum(usage.total for usage in memory.cores.values()),
-        core_memory=_core_memory(memory),
-        models=_models(proc.loaded_models, per_device) if per_device else (),
+        host_memory=memory.host_memory,
+        host_total=memory.host_total,
+        device_total=memory.device_total,
+        core_memory=memory.core_memory,
+        models=memory.models,
     )
 
 
-def sample_from_period(period: Period, tools_version: str) -> Sample:
-    """Everything neuron-top shows for ``period`` (``history`` and ``sequence`` are the sampler's)."""
-    cur, measured = period.cur, period.base is not None
-    instance, hardware = cur.instance, cur.hardware
-    per_device = hardware.neuroncore_per_device_count
-    vcpu = period.vcpu_mean_shares if measured else None
-    return Sample(
-        tools_version=tools_version,
-        instance_id=instance.instance_id or None,
-        instance_type=instance.instance_type or None,
-        neuroncore_version=hardware.neuroncore_version or None,
-        device_count=hardware.neuron_device_count or None,
-        cores_per_device=per_device or None,
-        device_memory_size=hardware.neuron_device_memory_size or None,
-        system_vcpu=(vcpu["user"], vcpu["system"]) if vcpu is not None else None,
-        apps=tuple(app_sample(process, per_device, measured) for process in period.processes.values()),
-        engines=EngineShares(period) if measured else None,
-    )
+class PeriodReader:
+    """``Sample`` of each period of one daemon's snapshots.
+
+    A process's memory and loaded models are most of what it holds and rarely change: a
+    ``SnapshotParser`` then hands back the same objects, and their ``MemoryFields`` are the
+    previous ones (an identity check; new objects are mapped). Processes that left are forgotten.
+    """
+
+    def __init__(self, tools_version: str) -> None:
+        self.tools_version = tools_version
+        self._memory: dict[int, tuple[ProcessMemory, tuple[LoadedModel, ...], MemoryFields]] = {}
+
+    def _memory_of(self, proc: ProcessSnapshot, per_device: int) -> MemoryFields:
+        known = self._memory.get(proc.pid)
+        if known is not None and known[0] is proc.memory and known[1] is proc.loaded_models:
+            return known[2]
+        fields = memory_fields(proc.memory, proc.loaded_models, per_device)
+        self._memory[proc.pid] = (proc.memory, proc.loaded_models, fields)
+        return fields
+
+    def read(self, period: Period) -> Sample:
+        """Everything neuron-top shows for ``period`` (``history`` and ``sequence`` are the sampler's)."""
+        cur, measured = period.cur, period.base is not None
+        instance, hardware = cur.instance, cur.hardware
+        per_device = hardware.neuroncore_per_device_count
+        processes = period.processes
+        self._memory = {pid: known for pid, known in self._memory.items() if pid in processes}
+        vcpu = period.vcpu_mean_shares if measured else None
+        return Sample(
+            tools_version=self.tools_version,
+            instance_id=instance.instance_id or None,
+            instance_type=instance.instance_type or None,
+            neuroncore_version=hardware.neuroncore_version or None,
+            device_count=hardware.neuron_device_count or None,
+            cores_per_device=per_device or None,
+            device_memory_size=hardware.neuron_device_memory_size or None,
+            system_vcpu=(vcpu["user"], vcpu["system"]) if vcpu is not None else None,
+            apps=tuple(
+                app_sample(process, self._memory_of(process.proc, per_device), measured)
+                for process in processes.values()
+            ),
+            engines=EngineShares(period) if measured else None,
+        )

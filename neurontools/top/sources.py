@@ -16,7 +16,7 @@ from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonU
 from neurontools.sources.report_stream import ReportStream, StreamEnded
 from neurontools.sources.tool_session import ToolSession
 from neurontools.top.model import Sample
-from neurontools.top.period_sample import sample_from_period
+from neurontools.top.period_sample import PeriodReader
 from neurontools.top.report_sample import sample_from_report
 
 STREAM_POLL = 0.2  # seconds a stream read waits before giving the worker a chance to stop
@@ -51,7 +51,7 @@ class DaemonSource:
 
     def __init__(self, client: Any, tools_version: str, command: str = "neuron-top") -> None:
         self.client = client
-        self.tools_version = tools_version
+        self.reader = PeriodReader(tools_version)
         self.parser = SnapshotParser()
         self.session = ToolSession(client, command)
         self.address = str(getattr(client, "address", "")) or "the daemon address"
@@ -69,7 +69,7 @@ class DaemonSource:
             raise SourceUnavailable(f"unexpected answer from the daemon at {self.address}: {exc}; retrying") from None
         if self._check_registration:
             self._register()
-        sample = sample_from_period(measure(self._prev, cur), self.tools_version)
+        sample = self.reader.read(measure(self._prev, cur))
         self._prev = cur
         return sample
 

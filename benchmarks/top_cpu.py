@@ -7,11 +7,12 @@ An emulated trn1.32xlarge running a published Trn1 training job on all 32 Neuron
 --dp 4 --global-batch 64``) or ``bert-large-dp32`` (``bert-large --dp 32 --micro-batch 16
 --global-batch 16384 --seq-len 128``): 32 rank processes, each holding its core, replaying the
 traced step at the modelled pace. The viewers start once the job is past step 1. Each viewer runs
-in its own tmux terminal (120x40) refreshing once a second — ``neuron-top --interval 1`` and
-``htop -d 10`` — one after the other under the same load; its process CPU time (user + system,
-psutil) over the window is printed as a fraction of one core. AWS states 0.7 % for its
-neuron-top; our target is <= 1 %. Prints figures, asserts nothing; stops everything it started,
-also on Ctrl-C.
+in a tmux terminal (120x40, on a tmux server of its own) refreshing once a second —
+``neuron-top --interval 1`` (its default) and ``htop -d 10`` (tenths of a second: 1 s; htop's
+default is 1.5 s) — one after the other under the same load; its process CPU time (user +
+system, psutil) over the window is printed as a fraction of one core. Target: neuron-top at or
+below htop in the same run (AWS states 0.7 % for its neuron-top). Prints figures, asserts
+nothing; stops everything it started, also on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def main() -> int:
         for name, pct, nprocs in rows:
             print(f"{name:<12} {pct:>17.2f}% {nprocs:>10}")
         top, htop = rows[0][1], rows[1][1]
-        print(f"neuron-top / htop: {top / htop:.2f}x   (target: neuron-top <= 1 % of one core; AWS states 0.7 %)")
+        print(f"neuron-top / htop: {top / htop:.2f}x   (target: <= 1.00x; AWS states 0.7 % of one core for its own)")
 
     return run_benchmark("top_cpu", "nt-topbench-", compare)
 

@@ -459,12 +459,21 @@ def test_only_changed_lines_are_repainted(monkeypatch: pytest.MonkeyPatch) -> No
             repaints.clear()
             await push(replace(app.sample))  # equal content
             assert repaints == []
+
+            def drawn(panel: TextPanel) -> list[tuple[str, list[Any]]]:
+                return [(line.plain, line.spans) for line in panel._text]
+
+            before = {panel.id: drawn(panel) for panel in app.query(TextPanel)}
             await push(sampler.next())  # the cores' utilization moves on
             assert repaints and not any(layout for _, _, layout in repaints)
-            assert all(len(regions) == 1 and regions[0].height == 1 for _, regions, _ in repaints)
             assert {panel for panel, _, _ in repaints} == {"grid", "core-bar"}  # the FakeDaemon moves only these
+            assert len(repaints) == 2  # one request per panel
+            for panel in app.query(TextPanel):  # the repainted rows are exactly the lines that changed
+                rows = {y for pid, regions, _ in repaints if pid == panel.id for r in regions for y in r.line_range}
+                was, now = before[panel.id], drawn(panel)
+                assert rows == {y for y, line in enumerate(now) if y >= len(was) or line != was[y]}
             total = sum(len(p._text) for p in app.query(TextPanel) if p.display)
-            assert len(repaints) < total / 2
+            assert sum(r.height for _, regions, _ in repaints for r in regions) < total / 2
             for panel in app.query(TextPanel):
                 if panel.display and panel.size.width:
                     drawn = [panel.render_line(y).text.rstrip() for y in range(len(panel._text))]

@@ -64,7 +64,7 @@ class Replay:
 def test_neuron_top_grid_and_engine_table_agree_when_a_core_changes_owner() -> None:
     """The disagreement issue 11 found: the grid read the report (live processes: 10 %), the engine
     table read node rates (with the exited process: 50 %) for the same core and period."""
-    source = DaemonSource(Replay(owner_changes_mid_period()), 1.0, "test")
+    source = DaemonSource(Replay(owner_changes_mid_period()), "test")
     source.read()
     sample = source.read()
     grid, _ = core_utilizations(sample, None, 2)

@@ -198,14 +198,12 @@ def vcpu_usage(period: Period) -> Group:
 
     A vCPU without elapsed time (or new since the baseline) shows zeros and is left out of the mean.
     """
-    usage_data: dict[str, dict[str, float]] = {}
-    shown = []
-    for i, shares in enumerate(period.vcpu_shares):
-        row = {k: percent(shares[k]) for k in VCPU_FIELDS} if shares is not None else None
-        if row is not None:
-            shown.append(row)
-        usage_data[str(i)] = {k: go_round2(row[k]) if row else 0.0 for k in VCPU_FIELDS}
-    average = {k: go_round2(sum(r[k] for r in shown) / len(shown)) if shown else 0.0 for k in VCPU_FIELDS}
+    usage_data = {
+        str(i): {k: go_round2(percent(shares[k])) if shares is not None else 0.0 for k in VCPU_FIELDS}
+        for i, shares in enumerate(period.vcpu_shares)
+    }
+    mean = period.vcpu_mean_shares
+    average = {k: go_round2(percent(mean[k])) if mean is not None else 0.0 for k in VCPU_FIELDS}
     body = {"average_usage": average, "usage_data": usage_data, "context_switch_count": period.context_switches}
     return _envelope(period.seconds, body)
 

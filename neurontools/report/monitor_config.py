@@ -2,8 +2,8 @@
 processes, how often (docs/reference/neuron-monitor.md §Configuration file).
 
 Reading a configuration file into this model is neuron-monitor's business (``monitor.config``);
-the other tools build the model directly: ``every_group_config`` is what neuron-top and
-neuron-exporter collect once per interval.
+neuron-exporter builds the model directly: ``every_group_config`` is what it collects once per
+interval (neuron-top reads no report: its figures come from the period itself).
 """
 
 from __future__ import annotations

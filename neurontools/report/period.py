@@ -42,6 +42,8 @@ from neurontools.contract.schema import (
 from neurontools.contract.snapshot_models import CoreCounters, Latency, ProcessSnapshot, Snapshot
 
 LINK_TYPES = ("neuronlink", "efa")
+# executions that ran to the end, whatever their outcome: one training step each
+FINISHED_EXECUTIONS = ("completed", "completed_with_err", "completed_with_num_err")
 IDLE_VCPU_FIELD = "idle"  # the one state that is not CPU work (io_wait counts as busy, as top does)
 
 
@@ -180,6 +182,14 @@ class ProcessPeriod:
         if spent is None:
             return None
         return spent[key] / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def steps_per_second(self) -> float | None:
+        """Executions that finished (``FINISHED_EXECUTIONS``) per second; None without elapsed time."""
+        if self.seconds <= 0:
+            return None
+        before = self.before.executions if self.before is not None else None
+        return sum(_increase(self.proc.executions, before, key) for key in FINISHED_EXECUTIONS) / self.seconds
 
     def latencies(self, since: float, until: float) -> tuple[Latency, ...]:
         """Its executions that ended in ``(since, until]`` (daemon monotonic seconds)."""
@@ -364,6 +374,15 @@ class Period:
             total = sum(spent.values()) if spent is not None else 0.0
             out.append({k: v / total for k, v in spent.items()} if spent is not None and total > 0 else None)
         return tuple(out)
+
+    @cached_property
+    def vcpu_mean_shares(self) -> dict[str, float] | None:
+        """Per state (``VCPU_FIELDS``), its share averaged over the vCPUs with elapsed time in the
+        period; None when none had any."""
+        shown = [shares for shares in self.vcpu_shares if shares is not None]
+        if not shown:
+            return None
+        return {k: sum(shares[k] for shares in shown) / len(shown) for k in VCPU_FIELDS}
 
     @cached_property
     def host_cpu_utilization(self) -> float | None:

@@ -114,6 +114,7 @@ class NeuronTopApp(App[None]):
         self.display_state = DisplayState()
         self.samples_applied = 0
         self._stop = threading.Event()
+        self._panels: list[TextPanel] = []  # set on mount
 
     def compose(self) -> ComposeResult:
         yield TitleBar(id="title")
@@ -133,6 +134,12 @@ class NeuronTopApp(App[None]):
             yield HelpLine(id="help")
 
     def on_mount(self) -> None:
+        # the panels drawn from the sample, found once (a DOM query on every refresh cost more
+        # than some of the drawing)
+        self._panels = [panel for panel in self.query(TextPanel) if not isinstance(panel, SectionBar)]
+        self._core_bar = self.query_one("#core-bar", SectionBar)
+        self._core_views = (self.query_one("#grid"), self.query_one("#engines"))
+        self._lower_views = (self.query_one("#tree"), self.query_one("#processes"))
         self.redraw()
         self.run_worker(self._poll, name="poll", thread=True, exclusive=True, exit_on_error=False)
 
@@ -167,16 +174,13 @@ class NeuronTopApp(App[None]):
 
     def redraw(self) -> None:
         sample, state = self.sample, self.display_state
-        self.query_one("#core-bar", SectionBar).set_text(
-            engine_title(core_version(sample)) if state.engines else grid_title(sample, state)
-        )
-        self.query_one("#grid").display = not state.engines
-        self.query_one("#engines").display = state.engines
-        self.query_one("#tree").display = not state.processes
-        self.query_one("#processes").display = state.processes
-        for panel in self.query(TextPanel):
-            if not isinstance(panel, SectionBar):
-                panel.show(sample, state)
+        self._core_bar.set_text(engine_title(core_version(sample)) if state.engines else grid_title(sample, state))
+        grid, engines = self._core_views
+        grid.display, engines.display = not state.engines, state.engines
+        tree, processes = self._lower_views
+        tree.display, processes.display = not state.processes, state.processes
+        for panel in self._panels:
+            panel.show(sample, state)
 
     # -- keys -----------------------------------------------------------------------------------
 
@@ -253,7 +257,7 @@ def make_source(opts: Options, argv: Sequence[str]) -> SampleSource:
     if opts.from_stdin:
         return _stdin_source()
     client = daemon_client(_address(opts), timeout=max(2.0, min(opts.interval * 2, 10.0)))
-    return DaemonSource(client, opts.interval, __version__, " ".join([PROG, *argv]))
+    return DaemonSource(client, __version__, " ".join([PROG, *argv]))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

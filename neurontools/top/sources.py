@@ -1,29 +1,29 @@
 """Where neuron-top's data comes from: the emulator daemon, or neuron-monitor reports on a stream.
 
-Both produce ``Sample`` objects through the same mapping (``report_reader``): the daemon source
-measures the period between two snapshots once (``report.period``), builds the report from it
-with the monitor's ``ReportBuilder`` and adds what only the snapshot knows (``snapshot_extras``:
-engine shares from the same period). Sources are used from one worker thread and may block.
+The daemon source measures the period between two snapshots once (``report.period``) and reads
+every figure of the ``Sample`` from it (``period_sample``); the stream source maps each report
+once (``report_sample``). Sources are used from one worker thread and may block.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import replace
 from typing import Any, Protocol
 
 from neurontools.contract.snapshot import Snapshot, SnapshotError, SnapshotParser, fetch_snapshot
-from neurontools.report.builder import ReportBuilder
-from neurontools.report.monitor_config import every_group_config
 from neurontools.report.period import measure
 from neurontools.sources.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
 from neurontools.sources.report_stream import ReportStream, StreamEnded
 from neurontools.sources.tool_session import ToolSession
 from neurontools.top.model import Sample
-from neurontools.top.report_reader import ReportReader
-from neurontools.top.snapshot_extras import engine_shares, process_fields
+from neurontools.top.period_sample import PeriodReader
+from neurontools.top.report_sample import sample_from_report
 
 STREAM_POLL = 0.2  # seconds a stream read waits before giving the worker a chance to stop
+# neuron-top shows no execution latencies: it asks the daemon only for those of executions that
+# end after this (daemon monotonic seconds: 30 million years), so its snapshots carry no latency
+# lists (docs/snapshot.md). Written without an exponent: a '+' in a query string reads as a space.
+NO_LATENCIES = 1e15
 
 
 class SourceUnavailable(Exception):
@@ -49,11 +49,9 @@ class DaemonSource:
 
     paced = True
 
-    def __init__(self, client: Any, interval: float, tools_version: str, command: str = "neuron-top") -> None:
+    def __init__(self, client: Any, tools_version: str, command: str = "neuron-top") -> None:
         self.client = client
-        self.tools_version = tools_version
-        self.builder = ReportBuilder(every_group_config(interval))
-        self.reader = ReportReader(tools_version)
+        self.reader = PeriodReader(tools_version)
         self.parser = SnapshotParser()
         self.session = ToolSession(client, command)
         self.address = str(getattr(client, "address", "")) or "the daemon address"
@@ -62,7 +60,7 @@ class DaemonSource:
 
     def read(self) -> Sample:
         try:
-            cur = fetch_snapshot(self.client, self.builder.latencies_since(), self.parser)
+            cur = fetch_snapshot(self.client, NO_LATENCIES, self.parser)
         except DaemonUnavailable as exc:
             self._check_registration = True
             raise SourceUnavailable(f"daemon unreachable at {exc.address}; retrying ({exc.reason})") from None
@@ -71,9 +69,7 @@ class DaemonSource:
             raise SourceUnavailable(f"unexpected answer from the daemon at {self.address}: {exc}; retrying") from None
         if self._check_registration:
             self._register()
-        period = measure(self._prev, cur)  # every figure of this sample comes from it
-        sample = self.reader.read(self.builder.update(cur, period=period), process_fields(cur))
-        sample = replace(sample, engines=engine_shares(period))
+        sample = self.reader.read(measure(self._prev, cur))
         self._prev = cur
         return sample
 
@@ -94,14 +90,13 @@ class StreamSource:
     def __init__(self, stream: ReportStream, tools_version: str) -> None:
         self.stream = stream
         self.tools_version = tools_version
-        self.reader = ReportReader(tools_version)
 
     def read(self) -> Sample | None:
         try:
             report = self.stream.next_report(STREAM_POLL)
         except StreamEnded:
             raise SourceEnded(f"end of neuron-monitor input on {self.stream.name}; showing the last report") from None
-        return self.reader.read(report) if report is not None else None
+        return sample_from_report(report, self.tools_version) if report is not None else None
 
     def close(self) -> None:
         pass

@@ -1,14 +1,14 @@
 """Base of the section widgets: a block of text lines drawn for the current width.
 
 Drawing is line by line (Textual's line API): a new sample is compared with the lines on screen
-and only the lines that changed are rendered again and repainted; the screen is laid out again
-only when a block's height changes. Most of a neuron-top screen is the same from one second to
-the next, so this is what keeps its CPU use low. A panel that can say cheaply what its lines are
-made from (``key``) is not even asked for new lines while that stays equal: with a 32-process job
-most sections are made from the same figures second after second. The widget's own style (a walk
-up the DOM) is
-worked out once per repaint, not once per line: like Textual's own style caches, it is dropped
-whenever the widget is refreshed or its styles change.
+and only the lines that changed are rendered again and repainted (one repaint request per panel);
+the screen is laid out again only when a block's height changes. Most of a neuron-top screen is
+the same from one second to the next, so this is what keeps its CPU use low. A panel that can say
+cheaply what its lines are made from (``key``) is not even asked for new lines while that stays
+equal: with a 32-process job most sections are made from the same figures second after second.
+The widget's own style (a walk up the DOM) is worked out once per repaint, not once per line:
+like Textual's own style caches, it is dropped whenever the widget is refreshed or its styles
+change.
 """
 
 from __future__ import annotations
@@ -31,6 +31,19 @@ _UNKNOWN = object()  # no key yet: make the lines
 def _same(a: Text, b: Text) -> bool:
     """Whether two lines draw the same (``Text.__eq__`` ignores the base style)."""
     return a.plain == b.plain and a.style == b.style and a.spans == b.spans
+
+
+def _runs(rows: list[int], width: int) -> list[Region]:
+    """The ascending ``rows`` as regions ``width`` wide, adjacent rows joined."""
+    regions: list[Region] = []
+    start = previous = rows[0]
+    for y in rows[1:]:
+        if y != previous + 1:
+            regions.append(Region(0, start, width, previous - start + 1))
+            start = y
+        previous = y
+    regions.append(Region(0, start, width, previous - start + 1))
+    return regions
 
 
 class TextPanel(Widget):
@@ -90,10 +103,11 @@ class TextPanel(Widget):
             self._strips = [None] * len(new)
             self.refresh(layout=True)
             return
-        for y, (before, after) in enumerate(zip(old, new, strict=True)):
-            if not _same(before, after):
-                self._strips[y] = None
-                self.refresh(Region(0, y, width, 1))
+        changed = [y for y, (before, after) in enumerate(zip(old, new, strict=True)) if not _same(before, after)]
+        for y in changed:
+            self._strips[y] = None
+        if changed:  # one repaint request: a run of adjacent changed lines is one region
+            self.refresh(*_runs(changed, width))
 
     def refresh(self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False) -> Self:
         if repaint:

@@ -25,10 +25,9 @@ from neurontools.contract.schema import (
     SUBGRAPH_DEVICE_MEMORY_KEYS,
     VCPU_USAGE,
 )
+from neurontools.report.period import FINISHED_EXECUTIONS
 from neurontools.top.model import AppSample, CoreStat, ModelMemory, Sample
 
-# executions that ran to the end, whatever their outcome: one training step each
-FINISHED_EXECUTIONS = ("completed", "completed_with_err", "completed_with_num_err")
 # Bounds of what a report may claim (docs/fuzzing.md): a number outside them is unknown (NA). No
 # counter of a real report reaches 2**63; no instance has more devices or cores per device than
 # these (trn1/trn2: 16 devices, 2 or 8 cores).
@@ -147,26 +146,6 @@ def _memory(group: Mapping[str, Any] | None, cores_per_device: int | None) -> di
     return app
 
 
-# pid -> ((cores per device, neuron_runtime_used_bytes, loaded_models) of a memory_used group, its fields)
-MemoryMemo = dict[int, tuple[tuple[Any, Any, Any], dict[str, Any]]]
-
-
-def _memory_of(
-    pid: int, group: Mapping[str, Any] | None, cores_per_device: int | None, reuse: MemoryMemo | None
-) -> dict[str, Any]:
-    """``_memory``, or the previous report's result for ``pid`` when its group holds the same."""
-    if reuse is None:
-        return _memory(group, cores_per_device)
-    key = (cores_per_device, group.get("neuron_runtime_used_bytes"), group.get("loaded_models")) if group else None
-    known = reuse.get(pid)
-    if key is not None and known is not None and known[0] == key:
-        return known[1]
-    fields = _memory(group, cores_per_device)
-    if key is not None:
-        reuse[pid] = (key, fields)
-    return fields
-
-
 def _steps_per_second(group: Mapping[str, Any] | None) -> float | None:
     if group is None:
         return None
@@ -183,14 +162,8 @@ def _cpu_pair(usage: Any) -> tuple[float, float] | None:
     return (user, system) if user is not None and system is not None else None
 
 
-def app_from_entry(
-    entry: Any,
-    cores_per_device: int | None,
-    memo: MemoryMemo | None = None,
-    extras: Mapping[int, Mapping[str, Any]] | None = None,
-) -> AppSample | None:
-    """One ``neuron_runtime_data`` entry; None when it has no usable pid. ``memo``: see
-    ``ReportReader``; ``extras``: per PID, fields that override what the report says."""
+def app_from_entry(entry: Any, cores_per_device: int | None) -> AppSample | None:
+    """One ``neuron_runtime_data`` entry; None when it has no usable pid."""
     pid = _int(_path(entry, "pid"))
     if pid is None:
         return None
@@ -206,22 +179,14 @@ def app_from_entry(
         "vcpu": _cpu_pair(vcpu.get("vcpu_usage")) if vcpu is not None else None,
         "steps_per_second": _steps_per_second(_group(groups, EXECUTION_STATS)),
     }
-    app.update(_memory_of(pid, memory, cores_per_device, memo))
+    app.update(_memory(memory, cores_per_device))
     if app["core_stats"] is not None or app.get("core_memory") is not None:
         app["cores"] = tuple(sorted(set(app["core_stats"] or ()) | set(app.get("core_memory") or ())))
-    if extras is not None and pid in extras:
-        app.update(extras[pid])
     return AppSample(**app)
 
 
-def sample_from_report(
-    report: Mapping[str, Any],
-    tools_version: str,
-    memo: MemoryMemo | None = None,
-    extras: Mapping[int, Mapping[str, Any]] | None = None,
-) -> Sample:
-    """The figures of one report; ``engines`` and ``history`` are left for the sampler.
-    ``memo``: see ``ReportReader``; ``extras``: see ``app_from_entry``."""
+def sample_from_report(report: Mapping[str, Any], tools_version: str) -> Sample:
+    """The figures of one report (``history`` and ``sequence`` are the sampler's)."""
     hardware = _obj(report.get("neuron_hardware_info")) or {}
     instance = _obj(report.get("instance_info")) or {}
     device_count = _in_range(_int(hardware.get("neuron_device_count")), MAX_DEVICES)
@@ -237,7 +202,7 @@ def sample_from_report(
     vcpu = _group(_obj(report.get("system_data")), VCPU_USAGE)
     runtimes = report.get("neuron_runtime_data")
     entries = runtimes if isinstance(runtimes, list) else []
-    apps = [app_from_entry(e, cores_per_device, memo, extras) for e in entries]
+    apps = [app_from_entry(e, cores_per_device) for e in entries]
     return Sample(
         tools_version=tools_version,
         instance_id=text(instance, "instance_id"),
@@ -249,24 +214,3 @@ def sample_from_report(
         system_vcpu=_cpu_pair(vcpu.get("average_usage")) if vcpu is not None else None,
         apps=tuple(a for a in apps if a is not None),
     )
-
-
-class ReportReader:
-    """``sample_from_report`` for successive reports of one source, reusing what did not change.
-
-    A process's ``memory_used`` group (its loaded models above all) is most of what an entry
-    holds and rarely changes from one report to the next, while its counters change every time:
-    it is mapped again only when it differs from the previous report's (comparing the parsed JSON
-    is several times cheaper than mapping it). Processes that left the report are forgotten.
-    """
-
-    def __init__(self, tools_version: str) -> None:
-        self.tools_version = tools_version
-        self._memory: MemoryMemo = {}
-
-    def read(self, report: Mapping[str, Any], extras: Mapping[int, Mapping[str, Any]] | None = None) -> Sample:
-        """The sample of ``report``; ``extras``: see ``app_from_entry``."""
-        sample = sample_from_report(report, self.tools_version, self._memory, extras)
-        live = {app.pid for app in sample.apps}
-        self._memory = {pid: known for pid, known in self._memory.items() if pid in live}
-        return sample

@@ -178,10 +178,13 @@ class Telemetry:
         stray = sorted({*cores, *(int(m["core"]) for m in models)} - owned)
         if stray:
             raise ValueError(f"process {proc.pid} does not own NeuronCore {stray[0]}")
+        missing = sorted({k for c in cores.values() for k in CORE_CATEGORIES if k not in c["memory"]})
+        if missing:
+            raise ValueError(f"resume memory must give bytes for every category; missing: {', '.join(missing)}")
         with self._lock:
             state = self._state(proc)
             for core, entry in cores.items():
-                state.core_memory[core] = {k: int(entry["memory"].get(k, 0)) for k in CORE_CATEGORIES}
+                state.core_memory[core] = {k: int(entry["memory"][k]) for k in CORE_CATEGORIES}
                 state.peak_memory[core] = int(entry.get("peak", 0))
             for model in models:
                 state.models[int(model["model_id"])] = {

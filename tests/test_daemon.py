@@ -319,7 +319,8 @@ def test_execution_report_with_partial_memory_is_refused_and_counts_nothing(daem
         bad = {**execution_report(daemon.client.get("/snapshot")["monotonic"], 0.1), "memory": {"core": {"tensors": 1}}}
         with pytest.raises(DaemonError) as err:
             daemon.client.post(f"/processes/{pid}/executions", bad)
-        assert err.value.status == 400 and "missing: constants" in err.value.body["error"]
+        # the Execution type needs every category: a 422 naming the first one missing
+        assert err.value.status == 422 and "memory.core.constants" in err.value.body["error"]
         (proc,) = [p for p in daemon.client.get("/snapshot")["processes"] if p["pid"] == pid]
         assert sum(proc["executions"].values()) == 0 and proc["latencies"] == []
 

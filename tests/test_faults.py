@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import BIN, HELPERS, one_clear_line, run_tool, start_daemon, tool_env, wait_until
+from tests.support import BIN, HELPERS, free_port, one_clear_line, run_tool, start_daemon, tool_env, wait_until
 from tests.test_security import as_other_user, group_dir, needs_root, other_user
 
 __all__ = ["group_dir"]  # the fixture, for the test that acts as another user
@@ -224,3 +224,53 @@ def test_a_parallel_jobs_rank_slows_and_dies_of_an_uncorrectable_ecc_error(daemo
         "efa_bandwidth_factor": 1.0,
         "cores": [{"core": 1, "slow_factor": 2.0, "nan": False, "hardware_error": None}],
     }
+
+
+def _two_node_exec_job(daemon_address: str) -> None:
+    """Two ranks of an ``exec`` job, each alone on its node (``LOCAL_WORLD_SIZE=1``), on cores 0
+    and 1 of one daemon: every all-reduce of theirs spans the two nodes."""
+    port = str(free_port())
+    procs = [
+        subprocess.Popen(
+            [str(BIN / "neuron-emulator"), "exec", "--", sys.executable, str(HELPERS / "inter_node_all_reduce.py")],
+            env=tool_env(
+                daemon_address,
+                {
+                    "OMP_NUM_THREADS": "1",
+                    "RANK": str(rank),
+                    "LOCAL_RANK": "0",
+                    "WORLD_SIZE": "2",
+                    "LOCAL_WORLD_SIZE": "1",
+                    "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": port,
+                    "NEURON_RT_VISIBLE_CORES": str(rank),
+                },
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    for proc in procs:
+        out, _ = proc.communicate(timeout=240)
+        assert proc.returncode == 0 and "sum 524288" in out, out[-3000:]
+
+
+def test_efa_fault_slows_the_inter_node_all_reduce_of_an_exec_job(daemon) -> None:
+    """``fault efa --factor 0.5``: each all-reduce of a two-node ``exec`` job takes twice as long
+    (neuron_collective_seconds_total on EFA), as for a replayed job (docs/faults.md)."""
+
+    def efa() -> dict[str, float]:
+        assert wait_until(lambda: daemon.processes() == [], 10)
+        return daemon.client.get("/snapshot")["retired"]["collectives"]["efa"]
+
+    _two_node_exec_job(daemon.address)
+    healthy = efa()
+    assert healthy["operations"] == 2 * 3 and healthy["seconds"] > 0
+    _fault(daemon.address, "efa", "--factor", "0.5")
+    _two_node_exec_job(daemon.address)
+    both = efa()
+    assert both["operations"] == 2 * 2 * 3 and both["bytes"] == 2 * healthy["bytes"]  # the same work again
+    assert both["seconds"] - healthy["seconds"] == pytest.approx(2 * healthy["seconds"])

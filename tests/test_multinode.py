@@ -22,10 +22,7 @@ import pytest
 
 from emulator.hardware import get_instance_type
 from emulator.parallel.launch import load_models, rank_groups
-from emulator.parallel.plan_file import GraphEntry
-from emulator.parallel.replay import efa_extra
 from emulator.parallel.runner import JobRequest, plan_request
-from emulator.runtime.faults import CoreFaults
 from tests.support import BIN, free_port, one_clear_line, wait_until
 from tests.test_cluster import Cluster, metrics, running_cluster
 
@@ -282,20 +279,6 @@ def test_without_a_cluster_nodes_say_how_to_get_one(short_tmp: Path) -> None:
     assert res.returncode == 1
     assert one_clear_line(res.stderr)
     assert "no emulated cluster runs (start one with 'neuron-emulator cluster up --nodes 2'" in res.stderr
-
-
-# -- EFA bandwidth ---------------------------------------------------------------------------------
-
-
-def test_cut_efa_bandwidth_stretches_only_inter_node_collectives() -> None:
-    collectives = [
-        {"kind": "all_reduce", "nodes": 2, "count": 3, "seconds": 0.1},
-        {"kind": "all_reduce", "nodes": 1, "count": 5, "seconds": 1.0},  # inside the node: unchanged
-    ]
-    graph = GraphEntry(1.0, 0.0, 0, {}, {}, collectives)
-    assert efa_extra(graph.collectives, CoreFaults()) == 0.0
-    # half the bandwidth: the 0.3 s over EFA take 0.6 s
-    assert efa_extra(graph.collectives, CoreFaults(efa_bandwidth_factor=0.5)) == pytest.approx(0.3)
 
 
 # -- the whole fleet of the issue: Llama 2 7B TP8 over 4 trn1.32xlarge ----------------------------

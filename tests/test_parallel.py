@@ -17,11 +17,12 @@ from emulator.parallel.plan import ConfigError, make_config
 from emulator.parallel.plan_file import load_rank_plan, plan_document, write_plan
 from emulator.parallel.published import PUBLISHED_ROWS, published_request
 from emulator.parallel.ranks import RankGrid
-from emulator.parallel.replay import _bodies
+from emulator.parallel.replay import _executions
 from emulator.parallel.runner import JobRequest, plan_request
 from emulator.parallel.schedule import GraphTime, order, step_timeline
 from emulator.runtime.compile_cache import CompileCache
 from emulator.runtime.errors import NeuronRuntimeError
+from emulator.runtime.execution import CompileCacheCounter
 from emulator.workloads.models import zoo
 
 TRN1_32 = get_instance_type("trn1.32xlarge")
@@ -194,8 +195,8 @@ def test_replayed_step_reports_exactly_the_traced_graphs(gpt_tp8, tmp_path: Path
     write_plan(plan_document(gpt_tp8, steps=3, models=models, compile_seconds=0.0), path)
     rank = load_rank_plan(str(path), 13)
     assert (rank.core, rank.stage) == (13, 0)
-    counters = {"hits": 0, "misses": 0}
-    bodies, _ = _bodies(rank, 2, 100.0, counters)
+    executions, _ = _executions(rank, 2, 100.0, CompileCacheCounter())
+    bodies = [ex.to_wire() for ex in executions]
     slots = gpt_tp8.timeline.stages[0].slots
     assert [b["start"] - 100.0 for b in bodies] == pytest.approx([s.start for s in slots])
     for body, slot in zip(bodies, slots, strict=True):

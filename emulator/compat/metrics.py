@@ -15,7 +15,7 @@ def _values() -> tuple[dict[str, tuple[int, float]], dict[str, int]]:
         return {}, {}
     t = runtime.totals
     metrics = {"CompileTime": (t.compiles, t.compile_seconds), "ExecuteTime": (t.executions, t.device_seconds)}
-    counters = {"CachedCompile": runtime.cache.hits, "UncachedCompile": runtime.cache.misses}
+    counters = {"CachedCompile": runtime.cache.counts.hits, "UncachedCompile": runtime.cache.counts.misses}
     return metrics, counters
 
 

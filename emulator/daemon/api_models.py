@@ -1,7 +1,8 @@
 """Request and status models of the daemon's ``/v1`` HTTP API (they drive its OpenAPI schema).
 
 Inventory and process answers are described by the dataclasses of ``neurontools.contract.inventory``
-themselves — the one contract the tools parse — so their fields are written once.
+themselves — the one contract the tools parse — and an execution report by
+``emulator.runtime.execution.Execution``, the one type processes build, so their fields are written once.
 """
 
 from __future__ import annotations
@@ -10,13 +11,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# Bounds of the numbers a process reports (docs/fuzzing.md): counters fit the runtime's 64-bit
-# integers, so every consumer can turn a sum of them into a float; durations are finite and at
-# most a day per execution, so the busy-time sums stay finite and JSON can carry them.
-MAX_COUNT = 2**63 - 1
-MAX_SECONDS = 86_400.0
-Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
-Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
+from emulator.runtime import execution
+from emulator.runtime.execution import MAX_COUNT, Count, Execution
+
+# the bounds of docs/fuzzing.md (emulator/runtime/execution.py), finite
+Seconds = Annotated[execution.Seconds, Field(allow_inf_nan=False)]
 
 
 class ErrorBody(BaseModel):
@@ -102,67 +101,11 @@ class AttachBody(BaseModel):
     )
 
 
-class CompileCacheCounts(BaseModel):
-    """The process's compile-cache counters so far (both are required: the daemon keeps the latest)."""
-
-    hits: Count
-    misses: Count
-
-
-class ModelRef(BaseModel):
-    model_id: Count
-    uuid: str = Field(max_length=128)
-    name: str = Field(max_length=4096)
-    code_bytes: Count
-
-
-class CollectiveBody(BaseModel):
-    kind: str = Field(max_length=64)
-    bytes: Count
-    ranks: int = Field(ge=1, le=1_000_000)
-    nodes: int = Field(1, ge=1, le=1_000_000)
-    count: int = Field(1, ge=1, le=1_000_000, description="identical collectives this entry stands for")
-    seconds: Seconds = Field(0.0, description="simulated time of one (counted on EFA when it spans nodes)")
-    link_bytes: dict[Literal["intra_chip", "neuronlink", "efa"], Count] | None = Field(
-        None,
-        description="bytes this core sent over each link type (from its ring on the topology); without it the "
-        "whole payload counts on NeuronLink, or on EFA when the collective spans nodes",
-    )
-
-
-class ExecutionBody(BaseModel):
-    """One step graph starting on a NeuronCore: its simulated cost and outcome."""
-
-    core: int = Field(ge=0, le=MAX_COUNT)
-    start: float = Field(
-        ge=0, le=1e12, allow_inf_nan=False, description="time.monotonic() of the host when the device starts it"
-    )
-    device_seconds: Seconds = Field(description="simulated device latency incl. collectives")
-    compute_seconds: Seconds = Field(
-        description="simulated time the NeuronCore is busy with it (counts as utilization); <= device_seconds"
-    )
-    total_latency: Seconds = Field(description="latency seen by the runtime, incl. compile and queueing")
-    flops: Count
-    engines: dict[Literal["tensor", "vector", "scalar", "gpsimd", "dma"], Seconds]
-    outcome: Literal[
-        "completed", "completed_with_err", "completed_with_num_err", "timed_out", "incorrect_input", "failed_to_queue"
-    ]
-    error: Literal["hardware"] | None = Field(
-        None,
-        description="error_summary counter of a failed execution when its outcome does not say it: "
-        "'hardware' (outcome completed_with_err) for an uncorrectable ECC error (docs/faults.md)",
-    )
-    model: ModelRef | None = None
-    compile_cache: CompileCacheCounts
-    collectives: list[CollectiveBody] = []
-    memory: dict[str, dict[str, Count] | Count] = Field(default_factory=dict)
-
-
 class ExecutionBatch(BaseModel):
     """Several executions at once: a replaying rank sends a whole step's graphs when the step
     starts, each with its own start time (counted when it starts)."""
 
-    executions: list[ExecutionBody] = Field(max_length=100_000)
+    executions: list[Execution] = Field(max_length=100_000)
 
 
 class JobStepBody(BaseModel):
@@ -245,7 +188,9 @@ class EfaFault(BaseModel):
 FaultBody = Annotated[SlowFault | NanFault | EccFailure | EfaFault, Field(discriminator="kind")]
 
 
-class CoreFaults(BaseModel):
+class CoreFaultEntry(BaseModel):
+    """One core's faults (``CoreFaults.to_wire`` writes it, ``CoreFaults.from_answer`` reads it)."""
+
     core: int
     slow_factor: float = Field(description="executions take this many times their modelled device time")
     nan: bool = Field(description="executions complete with a numerical error")
@@ -258,7 +203,7 @@ class FaultState(BaseModel):
     """The active faults of the node (cores without any are left out)."""
 
     efa_bandwidth_factor: float
-    cores: list[CoreFaults]
+    cores: list[CoreFaultEntry]
 
 
 class FaultAnswer(FaultState):

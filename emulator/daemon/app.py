@@ -26,7 +26,6 @@ from emulator.daemon.api_models import (
     ErrorBody,
     ExecutionAnswer,
     ExecutionBatch,
-    ExecutionBody,
     FaultAnswer,
     FaultBody,
     FaultState,
@@ -40,6 +39,7 @@ from emulator.daemon.faults import HARDWARE_ERRORS, FaultTable
 from emulator.daemon.registry import AttachRequest, ClaimError, Registry
 from emulator.daemon.security import Access, BearerTokenMiddleware
 from emulator.daemon.telemetry import Telemetry
+from emulator.runtime.execution import Execution
 from neurontools import __version__
 from neurontools.contract.inventory import Inventory, NeuronProcess, PodRef
 from neurontools.contract.snapshot import SNAPSHOT, Snapshot
@@ -182,14 +182,14 @@ def create_app(
         telemetry.forget(pid)
         return proc.to_dict()
 
-    def record(request: Request, pid: int, executions: list[ExecutionBody]) -> dict[str, Any]:
+    def record(request: Request, pid: int, executions: list[Execution]) -> dict[str, Any]:
         """Count the executions; answer the faults active on the process's cores (docs/faults.md)."""
         access.require_self(request, pid, "report executions for")
         proc = registry.get(pid)
         if proc is None:
             raise ClaimError(f"process {pid} is not attached", http_status=404, nrt_status="NRT_INVALID")
         try:
-            telemetry.record_executions(proc, [e.model_dump() for e in executions])
+            telemetry.record_executions(proc, executions)
         except ValueError as exc:
             raise ClaimError(str(exc), http_status=400, nrt_status="NRT_INVALID") from None
         for ex in executions:
@@ -198,7 +198,7 @@ def create_app(
         return {"faults": faults.state(list(proc.neuroncores))}
 
     @app.post("/v1/processes/{pid}/executions", response_model=ExecutionAnswer, responses=errors, tags=["telemetry"])
-    async def execution(pid: int, body: ExecutionBody, request: Request) -> dict[str, Any]:
+    async def execution(pid: int, body: Execution, request: Request) -> dict[str, Any]:
         """A step graph starting on one of the process's NeuronCores (what it costs, how it ended).
         The answer carries the faults active on the process's cores."""
         return record(request, pid, [body])

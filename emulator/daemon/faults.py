@@ -11,21 +11,12 @@ Thread-safe; every public method takes the lock.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 # an uncorrectable ECC event makes the next execution on the core fail with this NRT status
 from emulator.runtime.faults import HARDWARE_ERROR_STATUS as HARDWARE_ERRORS
-
-
-@dataclass
-class _CoreFaults:
-    slow_factor: float = 1.0
-    nan: bool = False
-    hardware_error: str | None = None  # the uncorrectable ECC event type armed on the core
-
-    def active(self) -> bool:
-        return self.slow_factor != 1.0 or self.nan or self.hardware_error is not None
+from emulator.runtime.faults import NO_FAULTS, CoreFaults
 
 
 class FaultTable:
@@ -35,7 +26,7 @@ class FaultTable:
         self._devices = devices
         self._core_count = sum(len(cores) for cores in devices)
         self._lock = threading.Lock()
-        self._cores: dict[int, _CoreFaults] = {}
+        self._cores: dict[int, CoreFaults] = {}  # the EFA factor is the node's: kept apart
         self._efa_bandwidth_factor = 1.0
 
     def check_cores(self, cores: list[int]) -> None:
@@ -64,14 +55,14 @@ class FaultTable:
         self.check_cores(cores)
         with self._lock:
             for core in cores:
-                self._cores.setdefault(core, _CoreFaults()).slow_factor = factor
+                self._cores[core] = replace(self._cores.get(core, NO_FAULTS), slow_factor=factor)
 
     def nan(self, cores: list[int]) -> None:
         """Executions on ``cores`` complete with a numerical error until cleared."""
         self.check_cores(cores)
         with self._lock:
             for core in cores:
-                self._cores.setdefault(core, _CoreFaults()).nan = True
+                self._cores[core] = replace(self._cores.get(core, NO_FAULTS), nan=True)
 
     def arm_hardware_error(self, cores: list[int], event_type: str) -> None:
         """The next execution on each of ``cores`` fails with the runtime's hardware error."""
@@ -80,14 +71,14 @@ class FaultTable:
         self.check_cores(cores)
         with self._lock:
             for core in cores:
-                self._cores.setdefault(core, _CoreFaults()).hardware_error = event_type
+                self._cores[core] = replace(self._cores.get(core, NO_FAULTS), hardware_error=event_type)
 
     def consume_hardware_error(self, core: int) -> None:
         """A process reported the failed execution on ``core``: the pending failure is spent."""
         with self._lock:
             entry = self._cores.get(core)
             if entry is not None:
-                entry.hardware_error = None
+                self._cores[core] = replace(entry, hardware_error=None)
 
     @property
     def efa_bandwidth_factor(self) -> float:
@@ -110,14 +101,5 @@ class FaultTable:
             wanted = sorted(self._cores) if cores is None else sorted(c for c in cores if c in self._cores)
             return {
                 "efa_bandwidth_factor": self._efa_bandwidth_factor,
-                "cores": [
-                    {
-                        "core": c,
-                        "slow_factor": self._cores[c].slow_factor,
-                        "nan": self._cores[c].nan,
-                        "hardware_error": self._cores[c].hardware_error,
-                    }
-                    for c in wanted
-                    if self._cores[c].active()
-                ],
+                "cores": [self._cores[c].to_wire(c) for c in wanted if self._cores[c].active()],
             }

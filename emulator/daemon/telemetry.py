@@ -14,11 +14,12 @@ import math
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psutil
 
+from emulator.runtime.execution import Execution
 from neurontools.contract.inventory import RUNTIME, Inventory, NeuronProcess
 from neurontools.contract.schema import CORE_MEMORY_KEYS as CORE_CATEGORIES
 from neurontools.contract.schema import ECC_EVENTS
@@ -57,17 +58,11 @@ OUTCOME_ERRORS = {"completed_with_num_err": "numerical", "completed_with_err": "
 LATENCY_WINDOW_S = 600.0
 
 
-@dataclass
-class _Execution:
-    start: float
-    duration: float
-    flops: int
-    engines: dict[str, float]
-
-    def fraction(self, now: float) -> float:
-        if self.duration <= 0:
-            return 1.0
-        return min(1.0, max(0.0, (now - self.start) / self.duration))
+def _fraction(ex: Execution, now: float) -> float:
+    """How much of the execution's busy time has elapsed by ``now``."""
+    if ex.compute_seconds <= 0:
+        return 1.0
+    return min(1.0, max(0.0, (now - ex.start) / ex.compute_seconds))
 
 
 @dataclass
@@ -75,14 +70,14 @@ class _CoreCounters:
     busy: float = 0.0
     flops: int = 0
     engines: dict[str, float] = field(default_factory=lambda: dict.fromkeys(ENGINES, 0.0))
-    inflight: list[_Execution] = field(default_factory=list)
+    inflight: list[Execution] = field(default_factory=list)
 
     def settle(self, now: float) -> None:
         """Fold finished executions into the totals."""
-        still: list[_Execution] = []
+        still: list[Execution] = []
         for ex in self.inflight:
-            if ex.fraction(now) >= 1.0:
-                self.busy += ex.duration
+            if _fraction(ex, now) >= 1.0:
+                self.busy += ex.compute_seconds
                 self.flops += ex.flops
                 for e, s in ex.engines.items():
                     self.engines[e] = self.engines.get(e, 0.0) + s
@@ -93,33 +88,12 @@ class _CoreCounters:
     def view(self, now: float) -> CoreCounters:
         busy, flops, engines = self.busy, float(self.flops), dict(self.engines)
         for ex in self.inflight:
-            f = ex.fraction(now)
-            busy += ex.duration * f
+            f = _fraction(ex, now)
+            busy += ex.compute_seconds * f
             flops += ex.flops * f
             for e, s in ex.engines.items():
                 engines[e] = engines.get(e, 0.0) + s * f
         return CoreCounters(busy=busy, flops=int(flops), engines=engines)
-
-
-@dataclass
-class _Report:
-    """One execution report, validated."""
-
-    core: int
-    start: float
-    device_seconds: float
-    compute: float
-    total_latency: float
-    flops: int
-    engines: dict[str, float]
-    outcome: str
-    error: str | None  # error_summary counter when the outcome's own does not apply (hardware)
-    compile_cache: dict[str, int]
-    # (count, bytes of one by link type: neuronlink, efa; (link type, seconds) of one)
-    collectives: list[tuple[int, dict[str, int], tuple[str, float]]]
-    core_memory: dict[str, int] | None
-    peak: int
-    model: dict[str, Any] | None
 
 
 @dataclass
@@ -138,34 +112,7 @@ class ProcessTelemetry:
     core_memory: dict[int, dict[str, int]] = field(default_factory=dict)
     peak_memory: dict[int, int] = field(default_factory=dict)
     models: dict[int, dict[str, Any]] = field(default_factory=dict)  # model_id -> model + core
-    scheduled: list[_Report] = field(default_factory=list)  # reported ahead of their start
-
-
-def _core_memory(memory: dict[str, Any]) -> dict[str, int] | None:
-    """The core's device memory by category from an execution report (None: not reported)."""
-    if "core" not in memory:
-        return None
-    core = memory["core"]
-    missing = [k for k in CORE_CATEGORIES if not isinstance(core, dict) or k not in core]
-    if missing:
-        raise ValueError(f"memory.core must give bytes for every category; missing: {', '.join(missing)}")
-    return {k: int(core[k]) for k in CORE_CATEGORIES}
-
-
-def _link_bytes(c: dict[str, Any]) -> dict[str, int]:
-    """The bytes a collective put on each counted link type. With ``link_bytes`` (a parallel job's
-    ring on the topology) the bytes that crossed NeuronLink and EFA; traffic between the two
-    cores of one chip crosses neither. Without it, the payload on NeuronLink (EFA across nodes)."""
-    per_link = c.get("link_bytes")
-    if per_link:
-        return {link: int(per_link[link]) for link in ("neuronlink", "efa") if int(per_link.get(link) or 0) > 0}
-    return {"neuronlink" if int(c.get("nodes", 1)) <= 1 else "efa": int(c["bytes"])}
-
-
-def _link_seconds(c: dict[str, Any]) -> tuple[str, float]:
-    """The link type a collective's time counts on, and the time of one: EFA when it spans
-    nodes (its inter-node hop bounds it), else NeuronLink (on-instance, the same chip included)."""
-    return ("efa" if int(c.get("nodes", 1)) > 1 else "neuronlink", max(0.0, float(c.get("seconds") or 0.0)))
+    scheduled: list[Execution] = field(default_factory=list)  # reported ahead of their start
 
 
 MAX_JOBS = 64  # jobs a node keeps counters for; the oldest is dropped beyond
@@ -231,10 +178,13 @@ class Telemetry:
         stray = sorted({*cores, *(int(m["core"]) for m in models)} - owned)
         if stray:
             raise ValueError(f"process {proc.pid} does not own NeuronCore {stray[0]}")
+        missing = sorted({k for c in cores.values() for k in CORE_CATEGORIES if k not in c["memory"]})
+        if missing:
+            raise ValueError(f"resume memory must give bytes for every category; missing: {', '.join(missing)}")
         with self._lock:
             state = self._state(proc)
             for core, entry in cores.items():
-                state.core_memory[core] = _core_memory({"core": entry["memory"]}) or {}
+                state.core_memory[core] = {k: int(entry["memory"][k]) for k in CORE_CATEGORIES}
                 state.peak_memory[core] = int(entry.get("peak", 0))
             for model in models:
                 state.models[int(model["model_id"])] = {
@@ -268,18 +218,19 @@ class Telemetry:
             return {"job_id": job_id, **job}
 
     # -- reports from processes --------------------------------------------------------------
-    def record_executions(self, proc: NeuronProcess, bodies: list[dict[str, Any]]) -> None:
+    def record_executions(self, proc: NeuronProcess, executions: list[Execution]) -> None:
         """Executions on the process's cores. Busy time counts as the device time elapses; an
         execution reported ahead of its start (a replaying rank sends a step's graphs at once) is
-        counted — outcome, latency, collectives, memory — when it starts. All or nothing: a bad
-        body refuses the whole batch."""
-        parsed = [self._parse(proc, body) for body in bodies]
+        counted — outcome, latency, collectives, memory — when it starts. All or nothing: an
+        execution on a core the process does not own refuses the whole batch (ValueError)."""
+        for ex in executions:
+            if ex.core not in proc.neuroncores:
+                raise ValueError(f"process {proc.pid} does not own NeuronCore {ex.core}")
         with self._lock:
             state = self._state(proc)
             now = time.monotonic()
-            for ex in parsed:
-                counters = state.cores[ex.core]
-                counters.inflight.append(_Execution(ex.start, ex.compute, ex.flops, ex.engines))
+            for ex in executions:
+                state.cores[ex.core].inflight.append(ex)
                 if ex.start > now:
                     state.scheduled.append(ex)
                 else:
@@ -289,43 +240,12 @@ class Telemetry:
             for counters in state.cores.values():
                 counters.settle(now)
 
-    def _parse(self, proc: NeuronProcess, body: dict[str, Any]) -> _Report:
-        core = int(body["core"])
-        if core not in proc.neuroncores:
-            raise ValueError(f"process {proc.pid} does not own NeuronCore {core}")
-        outcome = body["outcome"]
-        if outcome not in OUTCOMES:
-            raise ValueError(f"unknown outcome {outcome!r}")
-        error = body.get("error")
-        if error is not None and (error not in ERROR_KINDS or outcome != "completed_with_err"):
-            raise ValueError(f"error {error!r} needs outcome 'completed_with_err' and an error_summary counter")
-        device_seconds = max(0.0, float(body["device_seconds"]))
-        memory = body.get("memory", {})
-        return _Report(
-            core=core,
-            start=float(body["start"]),
-            device_seconds=device_seconds,
-            compute=max(0.0, min(device_seconds, float(body.get("compute_seconds", device_seconds)))),
-            total_latency=float(body["total_latency"]),
-            flops=int(body["flops"]),
-            engines={e: float(body["engines"].get(e, 0.0)) for e in ENGINES},
-            outcome=outcome,
-            error=error,
-            compile_cache={k: int(body["compile_cache"][k]) for k in ("hits", "misses")},
-            collectives=[
-                (int(c.get("count") or 1), _link_bytes(c), _link_seconds(c)) for c in body.get("collectives", [])
-            ],
-            core_memory=_core_memory(memory),
-            peak=int(memory.get("peak", 0)) if isinstance(memory.get("peak", 0), int) else 0,
-            model=dict(body["model"]) if body.get("model") else None,
-        )
-
     def _promote(self, state: ProcessTelemetry, now: float) -> None:
         """Count the scheduled executions that have started by ``now`` (in start order)."""
         while state.scheduled and state.scheduled[0].start <= now:
             self._count(state, state.scheduled.pop(0))
 
-    def _count(self, state: ProcessTelemetry, ex: _Report) -> None:
+    def _count(self, state: ProcessTelemetry, ex: Execution) -> None:
         state.executions[ex.outcome] += 1
         if ex.error is not None:
             state.errors[ex.error] += 1
@@ -340,17 +260,17 @@ class Telemetry:
         self._latency_log.append((self._latency_seq, latency))
         while self._latency_log and self._latency_log[0][1].end < end - LATENCY_WINDOW_S:
             self._latency_log.popleft()
-        state.compile_cache = dict(ex.compile_cache)
-        for count, links, (time_link, seconds) in ex.collectives:
-            for link, nbytes in links.items():
-                state.collectives[link]["bytes"] += nbytes * count
-                state.collectives[link]["operations"] += count
-            state.collectives[time_link]["seconds"] += seconds * count
-        if ex.core_memory is not None:
-            state.core_memory[ex.core] = ex.core_memory
-            state.peak_memory[ex.core] = ex.peak
-        if ex.model:
-            state.models[int(ex.model["model_id"])] = {**ex.model, "core": ex.core}
+        state.compile_cache = {"hits": ex.compile_cache.hits, "misses": ex.compile_cache.misses}
+        for c in ex.collectives:
+            for link, nbytes in c.counted_bytes().items():
+                state.collectives[link]["bytes"] += nbytes * c.count
+                state.collectives[link]["operations"] += c.count
+            state.collectives[c.time_link]["seconds"] += c.seconds * c.count
+        if ex.memory.core is not None:
+            state.core_memory[ex.core] = asdict(ex.memory.core)
+            state.peak_memory[ex.core] = ex.memory.peak
+        if ex.model is not None:
+            state.models[ex.model.model_id] = {**asdict(ex.model), "core": ex.core}
 
     # -- reading -----------------------------------------------------------------------------
     def memory(self, proc: NeuronProcess) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from emulator.runtime.execution import Collective, ModelRef, Work
 from neurontools.contract.schema import ENGINE_KEYS
 
 if TYPE_CHECKING:
@@ -30,12 +31,10 @@ FORMAT_VERSION = 1
 
 @dataclass(frozen=True)
 class GraphEntry:
-    device_seconds: float
-    host_seconds: float
-    flops: int
-    engines: dict[str, float]
-    model: dict[str, Any]
-    collectives: list[dict[str, Any]]
+    """A graph of the rank's stage: its modelled cost on a healthy core, the model it runs as."""
+
+    work: Work
+    model: ModelRef
 
 
 @dataclass(frozen=True)
@@ -151,12 +150,14 @@ def load_rank_plan(path: str, rank: int) -> RankPlan:
     stage = doc["stages"][str(place["stage"])]
     graphs = {
         name: GraphEntry(
-            float(g["device_seconds"]),
-            float(g["host_seconds"]),
-            int(g["flops"]),
-            {k: float(v) for k, v in g["engines"].items()},
-            dict(g["model"]),
-            list(g["collectives"]),
+            Work(
+                device_seconds=float(g["device_seconds"]),
+                flops=int(g["flops"]),
+                engines={k: float(v) for k, v in g["engines"].items()},
+                collectives=tuple(Collective(**c) for c in g["collectives"]),
+                host_seconds=float(g["host_seconds"]),
+            ),
+            ModelRef(**g["model"]),
         )
         for name, g in stage["graphs"].items()
     }

@@ -23,13 +23,23 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Any
 
 from emulator.lifecycle import die_with_parent, launcher_pid
-from emulator.parallel.plan_file import JOB_PLAN_ENV, RANKS_ENV, RankPlan, load_rank_plan
+from emulator.parallel.plan_file import JOB_PLAN_ENV, RANKS_ENV, GraphEntry, RankPlan, load_rank_plan
 from emulator.runtime.attach import RuntimeSession, attach, detach
 from emulator.runtime.errors import NeuronRuntimeError
-from emulator.runtime.faults import NO_FAULTS, CoreFaults, failed_execution
+from emulator.runtime.execution import (
+    CompileCacheCounter,
+    CoreMemory,
+    Execution,
+    Holding,
+    MemoryReport,
+    Work,
+    execution,
+)
+from emulator.runtime.faults import NO_FAULTS, CoreFaults
 from neurontools.http_limits import REPLAY_BATCH_BYTES
 from neurontools.sources.daemon_client import DaemonError, DaemonUnavailable
 
@@ -67,64 +77,36 @@ def _resume(plans: list[RankPlan]) -> dict[str, list[dict[str, Any]]] | None:
     registering again with a restarted daemon (docs/lifecycle.md); None before the first step."""
     if not any(plan.loaded for plan in plans):
         return None
-    models = [{**p.graphs[name].model, "core": p.core} for p in plans for name in sorted(p.loaded)]
+    models = [{**asdict(p.graphs[name].model), "core": p.core} for p in plans for name in sorted(p.loaded)]
     cores = [{"core": p.core, "memory": p.memory, "peak": p.peak} for p in plans]
     return {"cores": cores, "models": models}
 
 
-def _bodies(
-    plan: RankPlan,
-    step: int,
-    step_start: float,
-    counters: dict[str, int],
-    base: dict[str, int] | None = None,
-    faults: CoreFaults = NO_FAULTS,
-) -> tuple[list[dict[str, Any]], float]:
-    """The step's executions, and how much longer than planned the step takes on this rank;
-    ``base``: compile-cache counts when a restarted daemon registered this rank again (its
-    counters start from zero). ``faults`` (docs/faults.md): on a slow core every execution takes
-    ``slow_factor`` x its device time and the executions after it start that much later (the
-    gaps between them, host time and waits, stay as planned)."""
-    base = base or {"hits": 0, "misses": 0}
-    bodies = []
+def _holding(plan: RankPlan, graph: GraphEntry, counts: CompileCacheCounter) -> Holding:
+    memory = MemoryReport(core=CoreMemory(**plan.memory), peak=plan.peak)
+    return Holding(model=graph.model, compile_cache=counts.reported(), memory=memory)
+
+
+def _executions(
+    plan: RankPlan, step: int, step_start: float, counts: CompileCacheCounter, faults: CoreFaults = NO_FAULTS
+) -> tuple[list[Execution], float]:
+    """The step's executions, and how much longer than planned the step takes on this rank
+    (``counts``: the process's compile-cache counts, all its ranks). ``faults`` (docs/faults.md):
+    on a slow core, or over a cut EFA link, every execution takes longer and the executions after
+    it start that much later (the gaps between them, host time and waits, stay as planned)."""
+    executions = []
     delay = 0.0
     for slot in plan.slots(first=step == 1):
         graph = plan.graphs[slot.graph]
         if slot.graph in plan.loaded:
-            counters["hits"] += 1  # in-memory JIT cache: the NEFF is loaded
+            counts.count(hit=True)  # in-memory JIT cache: the NEFF is loaded
         else:
             plan.loaded.add(slot.graph)
-            counters["hits" if plan.cached else "misses"] += 1
-        device_seconds = (graph.device_seconds + efa_extra(graph.collectives, faults)) * faults.slow_factor
-        bodies.append(
-            {
-                "core": plan.core,
-                "start": step_start + slot.start + delay,
-                "device_seconds": device_seconds,
-                "compute_seconds": device_seconds,  # the NEFF runs on the core all along
-                "total_latency": graph.host_seconds + device_seconds,
-                "flops": graph.flops,
-                "engines": {e: s * faults.slow_factor for e, s in graph.engines.items()},
-                "outcome": faults.outcome("completed"),
-                "model": graph.model,
-                "compile_cache": {k: counters[k] - base[k] for k in ("hits", "misses")},
-                "collectives": graph.collectives,
-                "memory": {"core": plan.memory, "peak": plan.peak},
-            }
-        )
-        delay += device_seconds - graph.device_seconds
-    return bodies, delay
-
-
-def efa_extra(collectives: list[dict[str, Any]], faults: CoreFaults) -> float:
-    """The extra time of a graph's inter-node collectives when the node's EFA bandwidth is cut to
-    ``efa_bandwidth_factor`` (docs/faults.md): a collective that spans nodes is bound by its EFA
-    hop, so it takes 1/factor as long."""
-    factor = faults.efa_bandwidth_factor
-    if factor >= 1.0:
-        return 0.0
-    spans = (float(c.get("seconds", 0.0)) * int(c.get("count", 1)) for c in collectives if int(c.get("nodes", 1)) > 1)
-    return sum(spans) * (1.0 / factor - 1.0)
+            counts.count(hit=plan.cached)
+        ex = execution(plan.core, step_start + slot.start + delay, graph.work, _holding(plan, graph, counts), faults)
+        executions.append(ex)
+        delay += ex.device_seconds - graph.work.device_seconds
+    return executions, delay
 
 
 def batches(bodies: list[dict[str, Any]], limit: int = REPLAY_BATCH_BYTES) -> Iterator[list[dict[str, Any]]]:
@@ -144,13 +126,11 @@ def batches(bodies: list[dict[str, Any]], limit: int = REPLAY_BATCH_BYTES) -> It
         yield post
 
 
-def _post(
-    session: RuntimeSession, bodies: list[dict[str, Any]], faults: dict[int, CoreFaults]
-) -> dict[int, CoreFaults]:
+def _post(session: RuntimeSession, executions: list[Execution], faults: dict[int, CoreFaults]) -> dict[int, CoreFaults]:
     """Send the step's executions; training goes on without a daemon (docs/lifecycle.md).
     Returns the faults the daemon answered for each of the process's cores (``faults``: those
     known so far), which the ranks apply from their next step (docs/faults.md)."""
-    for post in batches(bodies):
+    for post in batches([ex.to_wire() for ex in executions]):
         try:
             answer = session.client.post(f"/processes/{session.owner_pid}/executions/batch", {"executions": post})
         except DaemonUnavailable:
@@ -161,28 +141,22 @@ def _post(
                 session.suspect()
                 return {}
             continue
-        faults = {core: CoreFaults.from_answer(answer, core) for core in faults or _cores(bodies)}
+        cores = faults or sorted({ex.core for ex in executions})
+        faults = {core: CoreFaults.from_answer(answer, core) for core in cores}
     return faults
 
 
-def _cores(bodies: list[dict[str, Any]]) -> list[int]:
-    return sorted({int(b["core"]) for b in bodies})
-
-
-def _fail(
-    session: RuntimeSession, plan: RankPlan, error: NeuronRuntimeError, compile_cache: dict[str, int]
-) -> NeuronRuntimeError:
-    """The step's first execution hit the armed uncorrectable ECC error: report it (counted in
-    error_summary hardware) and return the runtime's error, which ends the rank. ``compile_cache``:
-    the counts the daemon holds (they never go back)."""
-    now = time.monotonic()
+def _failed(
+    session: RuntimeSession, plan: RankPlan, step: int, faults: CoreFaults, counts: CompileCacheCounter
+) -> NeuronRuntimeError | None:
+    """The armed uncorrectable ECC error fails the step's first execution: report it (counted in
+    error_summary hardware) and return the runtime's error, which ends the rank; None when no
+    failure is armed on the rank's core."""
+    error = faults.hardware_failure(plan.core, f"step {step}")
+    if error is None:
+        return None
     first = plan.graphs[plan.slots(first=False)[0].graph]
-    base = {
-        "model": first.model,
-        "compile_cache": compile_cache,
-        "memory": {"core": plan.memory, "peak": plan.peak},
-    }
-    _post(session, [failed_execution(plan.core, now, 0.0, base)], {})
+    _post(session, [execution(plan.core, time.monotonic(), Work(), _holding(plan, first, counts), faults)], {})
     return NeuronRuntimeError(error.status, f"rank {plan.rank}: {error.message}")
 
 
@@ -193,10 +167,9 @@ def run(plans: list[RankPlan]) -> int:
     waits for the launcher's ``go START`` — the job-wide end of the step — or ``abort WHY``: a
     peer is lost, and the ranks' next collective times out."""
     session = attach()
-    counters = {"hits": 0, "misses": 0}  # the process's compile-cache counts, all its ranks
-    base = {"hits": 0, "misses": 0}
+    counts = CompileCacheCounter()  # the process's compile-cache counts, all its ranks
     session.set_resume(lambda: _resume(plans))
-    session.on_register(lambda: base.update(counters))
+    session.on_register(counts.registered)
     print("ready", flush=True)
     line = _wait_line(session, deadline=None)
     if line is None:
@@ -209,17 +182,17 @@ def run(plans: list[RankPlan]) -> int:
     faults: dict[int, CoreFaults] = {}
     for step in range(1, first.steps + 1):
         for plan in plans:
-            failure = faults.get(plan.core, NO_FAULTS).hardware_failure(plan.core, f"step {step}")
+            failure = _failed(session, plan, step, faults.get(plan.core, NO_FAULTS), counts)
             if failure is not None:
-                raise _fail(session, plan, failure, {k: counters[k] - base[k] for k in ("hits", "misses")})
+                raise failure
         length = first.first_step_seconds if step == 1 else first.step_seconds
-        bodies: list[dict[str, Any]] = []
+        executions: list[Execution] = []
         delay = 0.0
         for plan in plans:
-            mine, late = _bodies(plan, step, start, counters, base, faults.get(plan.core, NO_FAULTS))
-            bodies += mine
+            mine, late = _executions(plan, step, start, counts, faults.get(plan.core, NO_FAULTS))
+            executions += mine
             delay = max(delay, late)
-        faults = _post(session, bodies, faults)
+        faults = _post(session, executions, faults)
         end = start + length + delay
         heard = _sleep_listening(session, end)
         if heard is None:
@@ -231,8 +204,7 @@ def run(plans: list[RankPlan]) -> int:
             return 0  # the launcher is gone
         word, _, rest = heard.strip().partition(" ")
         if word == "abort":
-            compile_cache = {k: counters[k] - base[k] for k in ("hits", "misses")}
-            raise _timed_out(session, plans, step + 1, rest, compile_cache)
+            raise _timed_out(session, plans, step + 1, rest, counts)
         start = max(end, float(rest))
     return 0
 
@@ -243,23 +215,17 @@ def _who(plans: list[RankPlan]) -> str:
 
 
 def _timed_out(
-    session: RuntimeSession, plans: list[RankPlan], step: int, why: str, compile_cache: dict[str, int]
+    session: RuntimeSession, plans: list[RankPlan], step: int, why: str, counts: CompileCacheCounter
 ) -> NeuronRuntimeError:
     """A peer is gone: each rank's next step blocks in its first collective until the runtime's
     timeout; the executions are reported ``timed_out`` (error_summary ``runtime``) and the process
     ends with the runtime's error."""
     now = time.monotonic()
-    bodies = []
-    for plan in plans:
-        first = plan.graphs[plan.slots(first=False)[0].graph]
-        body = {
-            **failed_execution(plan.core, now, 0.0, {"model": first.model, "compile_cache": compile_cache}),
-            "outcome": "timed_out",
-            "memory": {"core": plan.memory, "peak": plan.peak},
-        }
-        body.pop("error", None)
-        bodies.append(body)
-    _post(session, bodies, {})
+    executions = [
+        execution(p.core, now, Work(), _holding(p, p.graphs[p.slots(first=False)[0].graph], counts), peer_lost=True)
+        for p in plans
+    ]
+    _post(session, executions, {})
     cores = [p.core for p in plans]
     where = f"nc{cores[0]}" if len(cores) == 1 else f"nc{cores[0]}-nc{cores[-1]}"
     return NeuronRuntimeError("NRT_TIMEOUT", f"{_who(plans)}: step {step} on {where}: a collective timed out: {why}")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.capture.ops import OpRecord
+from emulator.runtime.execution import CompileCacheCounter, ModelRef
 
 COMPILER_VERSION = "2.14.227.0"  # emulated neuronx-cc (docs/reference/trn1-runtime.md §Version strings of the examples)
 DEFAULT_CACHE_DIR = "/var/tmp/neuron-compile-cache"
@@ -42,6 +43,10 @@ class LoadedModel:
     name: str
     code_bytes: int
     ops: int
+
+    def ref(self) -> ModelRef:
+        """The model as an execution report names it."""
+        return ModelRef(model_id=self.model_id, uuid=self.uuid, name=self.name, code_bytes=self.code_bytes)
 
 
 def pending_graphs(cache_dir: Path) -> list[Path]:
@@ -89,8 +94,7 @@ class CompileCache:
         self.flags_hash = hashlib.sha256(flags.encode()).hexdigest()[:20]
         self._loaded: dict[str, LoadedModel] = {}
         self._next_id = FIRST_MODEL_ID
-        self.hits = 0
-        self.misses = 0
+        self.counts = CompileCacheCounter()  # hits and misses of this process
 
     def loaded(self, digest: str) -> LoadedModel | None:
         return self._loaded.get(digest)

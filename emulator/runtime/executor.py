@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -26,7 +26,6 @@ from emulator.capture.recorder import Recorder
 from emulator.costmodel import (
     CostOptions,
     GraphCost,
-    GroupCollectiveCost,
     compile_cost,
     cost_graph,
     cost_group_collective,
@@ -40,10 +39,10 @@ from emulator.runtime.attach import RuntimeSession
 from emulator.runtime.collectives import collective_error, collective_timeout
 from emulator.runtime.compile_cache import CompileCache, LoadedModel, cache_settings, graph_hash
 from emulator.runtime.errors import NeuronRuntimeError
-from emulator.runtime.faults import NO_FAULTS, CoreFaults, failed_execution
+from emulator.runtime.execution import Collective, CoreMemory, Execution, Holding, Link, MemoryReport, Work, execution
+from emulator.runtime.faults import NO_FAULTS, CoreFaults
 from emulator.runtime.memory import MemoryLedger
 from emulator.runtime.placement import Store, global_core, job_rank, node_of, this_process
-from neurontools.contract.schema import ENGINE_KEYS as ENGINES
 from neurontools.sources.daemon_client import DaemonError, DaemonUnavailable
 
 # Runtime's own device memory per core: the OOM report of a real trn1 runtime shows
@@ -117,7 +116,6 @@ class DeviceRuntime:
         self._last_mark = time.monotonic()
         self.last: StepResult | None = None
         self._lock = threading.Lock()
-        self._cache_base = (0, 0)  # compile-cache counts when the daemon last registered us
         self.native: Any = None  # the native device backend, once install() started it
         self.faults: CoreFaults = NO_FAULTS  # the core's faults, as the daemon last answered (docs/faults.md)
         self._failure: NeuronRuntimeError | None = None  # a hardware error ended this runtime
@@ -151,7 +149,7 @@ class DeviceRuntime:
 
     def _register_again(self) -> None:
         """A new daemon's counters start from zero: so do the compile-cache counts it is sent."""
-        self._cache_base = (self.cache.hits, self.cache.misses)
+        self.cache.counts.registered()
 
     # -- collectives -------------------------------------------------------------------------
     def record_collective(
@@ -188,9 +186,19 @@ class DeviceRuntime:
                 inner.div_(world)
         self.record_collective("all_reduce", total, dist.distributed_c10d._get_default_store(), range(world))
 
-    def _cost(self, record: CollectiveRecord) -> GroupCollectiveCost:
-        return cost_group_collective(
+    def _costed(self, record: CollectiveRecord) -> Collective:
+        """A collective of this step on its group's cores, costed by the one topology-aware model
+        (docs/collectives.md): its seconds and the bytes this core sent on each link type."""
+        cost = cost_group_collective(
             record.kind, record.nbytes, record.cores, self.instance_type, record.concurrent, links=self.links
+        )
+        return Collective(
+            record.kind,
+            record.nbytes,
+            len(record.cores),
+            cost.nodes,
+            seconds=cost.seconds,
+            link_bytes={cast(Link, link): n for link, n in cost.link_bytes.items()},
         )
 
     # -- execution ---------------------------------------------------------------------------
@@ -223,46 +231,64 @@ class DeviceRuntime:
             ops = ops if ops is not None else captured.ops()
             model, compile_seconds, cache_hit = self._compile_and_load(digest, ops)
         else:
-            self.cache.hits += 1  # in-memory JIT cache
-        faults = self.faults  # applied from the execution after the answer that carried them
-        failure = faults.hardware_failure(self.core, f"execution of model {model.model_id}")
-        if failure is not None:
-            self._fail(failure, model, called)
+            self.cache.counts.count(hit=True)  # in-memory JIT cache
         graph = self._graph_costs.get(digest)
         if graph is None:  # the same graph always costs the same: compute it once per graph
             ops = ops if ops is not None else captured.ops()
             graph = self._graph_costs[digest] = cost_graph(ops, self.options, self.instance_type.chip.core)
-        costs = [(c, self._cost(c)) for c in collectives]
-        comm = sum(cost.seconds for _, cost in costs)
-        # a slow core takes `slow_factor` x the modelled time for all of it, collectives included
-        device_seconds = (graph.device_seconds + comm) * faults.slow_factor
-        outcome = faults.outcome(self._outcome(device_seconds))
-
+        faults = self.faults  # applied from the execution after the answer that carried them
         start = time.monotonic()
-        total_latency = (start - called) + min(device_seconds, self.timeout)
-        self._report(model, graph, device_seconds, start, total_latency, outcome, costs, cache_hit)
-        _sleep_until(start + min(device_seconds, self.timeout))
+        ex = execution(
+            self.core,
+            start,
+            self._work(graph, collectives, host_seconds=start - called),
+            self._holding(model),
+            faults,
+            timeout=self.timeout,
+            numerical_error=self._produced_non_finite,
+        )
+        self._post(ex)
+        failure = faults.hardware_failure(self.core, f"execution of model {model.model_id}")
+        if failure is not None:
+            self._fail(failure)
+        _sleep_until(start + min(ex.device_seconds, self.timeout))
+        return self._done(ex, compile_seconds, cache_hit, len(captured), model)
+
+    def _work(self, graph: GraphCost, collectives: list[CollectiveRecord], host_seconds: float) -> Work:
+        """The step's modelled cost on a healthy core: the graph's, and its collectives' (each
+        also reported with its own modelled time: neuron_collective_seconds_total)."""
+        costed = tuple(self._costed(c) for c in collectives)
+        return Work(
+            device_seconds=graph.device_seconds + sum(c.seconds for c in costed),
+            flops=int(graph.flops),
+            engines=graph.busy,
+            collectives=costed,
+            host_seconds=host_seconds,
+        )
+
+    def _done(self, ex: Execution, compile_seconds: float, cache_hit: bool, ops: int, model: LoadedModel) -> StepResult:
+        """The step's result for progress displays; raises the runtime's timeout error."""
         now = time.monotonic()
         result = StepResult(
             step=self._step,
-            device_seconds=device_seconds,
+            device_seconds=ex.device_seconds,
             compile_seconds=compile_seconds,
             wall_seconds=now - self._last_mark,
-            flops=graph.flops,
+            flops=ex.flops,
             compiled=compile_seconds > 0,
             cache_hit=cache_hit,
-            outcome=outcome,
-            ops=len(captured),
-            engines={e: s * faults.slow_factor for e, s in graph.busy.items()},
+            outcome=ex.outcome,
+            ops=ops,
+            engines={str(e): s for e, s in ex.engines.items()},
         )
         self._last_mark = now
         self.last = result
         self.totals.add(result)
-        if outcome == "timed_out":
+        if ex.outcome == "timed_out":
             raise NeuronRuntimeError(
                 "NRT_TIMEOUT",
                 f"execution of model {model.model_id} did not complete within NEURON_RT_EXEC_TIMEOUT="
-                f"{self.timeout:g} s (it needs {device_seconds:.3f} s of device time)",
+                f"{self.timeout:g} s (it needs {ex.device_seconds:.3f} s of device time)",
             )
         return result
 
@@ -278,11 +304,9 @@ class DeviceRuntime:
             else "Graph extraction needs the compile cache (NEURON_CC_FLAGS has --no_cache): nothing kept"
         )
 
-    def _fail(self, failure: NeuronRuntimeError, model: LoadedModel, called: float) -> None:
-        """An uncorrectable ECC error ends this execution at once: report it (error_summary
-        hardware), log the runtime's line, and raise now and at every later step."""
-        start = time.monotonic()
-        self._post(failed_execution(self.core, start, start - called, self._report_base(model)))
+    def _fail(self, failure: NeuronRuntimeError) -> None:
+        """An uncorrectable ECC error ended this execution at once (reported: error_summary
+        hardware): log the runtime's line, and raise now and at every later step."""
         print(f"ERROR  NRT:nrt_execute {failure}", file=sys.stderr, flush=True)
         self._failure = failure
         raise failure
@@ -313,18 +337,8 @@ class DeviceRuntime:
             _log("Compiler status PASS")
         self.ledger.load_code(cost.model_code_bytes)
         model = self.cache.load(digest, ops, cost.model_code_bytes)
-        if on_disk:
-            self.cache.hits += 1
-        else:
-            self.cache.misses += 1
+        self.cache.counts.count(hit=on_disk)
         return model, seconds, on_disk
-
-    def _outcome(self, device_seconds: float) -> str:
-        if device_seconds > self.timeout:
-            return "timed_out"
-        if self._produced_non_finite():
-            return "completed_with_num_err"
-        return "completed"
 
     def _produced_non_finite(self) -> bool:
         """NaN/Inf in the floating-point values the device holds (real-math work only)."""
@@ -338,66 +352,18 @@ class DeviceRuntime:
                 return True
         return False
 
-    def _report(
-        self,
-        model: LoadedModel,
-        graph,
-        device_seconds: float,
-        start: float,
-        total_latency: float,
-        outcome: str,
-        collectives: list[tuple[CollectiveRecord, GroupCollectiveCost]],
-        cache_hit: bool,
-    ) -> None:
-        body = {
-            **self._report_base(model),
-            "core": self.core,
-            "start": start,
-            "device_seconds": device_seconds,
-            # the NEFF occupies the core for its whole execution, its collectives included
-            # (the same convention as the replaying ranks of a parallel job, docs/parallel.md)
-            "compute_seconds": device_seconds,
-            "total_latency": total_latency,
-            "flops": int(graph.flops),
-            # a slow core keeps each engine busy `slow_factor` x as long (utilization follows)
-            "engines": {e: float(graph.busy.get(e, 0.0)) * self.faults.slow_factor for e in ENGINES},
-            "outcome": outcome,
-            "collectives": [
-                {
-                    "kind": c.kind,
-                    "bytes": c.nbytes,
-                    "ranks": len(c.cores),
-                    "nodes": cost.nodes,
-                    # its modelled time, also inside device_seconds (neuron_collective_seconds_total)
-                    "seconds": cost.seconds * self.faults.slow_factor,
-                    "link_bytes": dict(cost.link_bytes),  # what this core sent on each link type
-                }
-                for c, cost in collectives
-            ],
-        }
-        self._post(body)
+    def _holding(self, model: LoadedModel) -> Holding:
+        """What the process holds when the execution starts: its model, cache counts, memory."""
+        return Holding(
+            model=model.ref(),
+            compile_cache=self.cache.counts.reported(),
+            memory=MemoryReport(core=CoreMemory(**self.ledger.usage().to_dict()), peak=self.ledger.peak),
+        )
 
-    def _report_base(self, model: LoadedModel) -> dict[str, Any]:
-        """The fields of an execution report that describe the process, not the execution."""
-        usage = self.ledger.usage()
-        return {
-            "model": {
-                "model_id": model.model_id,
-                "uuid": model.uuid,
-                "name": model.name,
-                "code_bytes": model.code_bytes,
-            },
-            "compile_cache": {
-                "hits": self.cache.hits - self._cache_base[0],
-                "misses": self.cache.misses - self._cache_base[1],
-            },
-            "memory": {"core": usage.to_dict(), "peak": self.ledger.peak},
-        }
-
-    def _post(self, body: dict[str, Any]) -> None:
+    def _post(self, ex: Execution) -> None:
         """Report one execution; keep the core's faults the daemon answers (docs/faults.md)."""
         try:  # the daemon being away does not stop training (docs/lifecycle.md)
-            answer = self.session.client.post(f"/processes/{self.session.owner_pid}/executions", body)
+            answer = self.session.client.post(f"/processes/{self.session.owner_pid}/executions", ex.to_wire())
         except DaemonUnavailable:
             self.session.suspect()
             return

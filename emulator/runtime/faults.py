@@ -29,12 +29,19 @@ class CoreFaults:
     slow_factor: float = 1.0
     nan: bool = False
     hardware_error: str | None = None  # uncorrectable ECC event type: the next execution fails
-    efa_bandwidth_factor: float = 1.0  # inter-node bandwidth (replay.efa_extra: docs/faults.md)
+    efa_bandwidth_factor: float = 1.0  # the node's inter-node bandwidth (execution.execution: docs/faults.md)
+
+    def active(self) -> bool:
+        """Whether the core has a fault of its own (the EFA factor is the node's)."""
+        return self.slow_factor != 1.0 or self.nan or self.hardware_error is not None
+
+    def to_wire(self, core: int) -> dict[str, Any]:
+        """The core's entry of a ``FaultState`` (what :meth:`from_answer` reads back)."""
+        return {"core": core, "slow_factor": self.slow_factor, "nan": self.nan, "hardware_error": self.hardware_error}
 
     @classmethod
     def from_answer(cls, answer: Any, core: int) -> CoreFaults:
-        """The core's faults from an execution answer (``ExecutionAnswer``); none when the answer
-        has no fault state (an older daemon answering 204)."""
+        """The core's faults from an execution answer (``ExecutionAnswer``); none without one."""
         state = answer.get("faults") if isinstance(answer, dict) else None
         if not isinstance(state, dict):
             return NO_FAULTS
@@ -48,10 +55,6 @@ class CoreFaults:
                     efa_bandwidth_factor=efa,
                 )
         return cls(efa_bandwidth_factor=efa)
-
-    def outcome(self, outcome: str) -> str:
-        """A completed execution completes with a numerical error while ``nan`` is active."""
-        return "completed_with_num_err" if self.nan and outcome == "completed" else outcome
 
     def hardware_failure(self, core: int, what: str) -> NeuronRuntimeError | None:
         """The runtime's error for an execution failed by the armed ECC event, or None."""
@@ -67,22 +70,3 @@ class CoreFaults:
 
 
 NO_FAULTS = CoreFaults()
-
-
-def failed_execution(core: int, start: float, total_latency: float, base: dict[str, Any]) -> dict[str, Any]:
-    """The report of an execution that a hardware error ended at once: no device time, outcome
-    ``completed_with_err``, counted in ``error_summary.hardware``. ``base``: the execution's
-    other fields (model, compile cache, memory)."""
-    return {
-        **base,
-        "core": core,
-        "start": start,
-        "device_seconds": 0.0,
-        "compute_seconds": 0.0,
-        "total_latency": total_latency,
-        "flops": 0,
-        "engines": {},
-        "outcome": "completed_with_err",
-        "error": "hardware",
-        "collectives": [],
-    }

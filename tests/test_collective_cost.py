@@ -15,7 +15,7 @@ from emulator.costmodel import cost_group_collective
 from emulator.hardware import get_instance_type
 from emulator.parallel.comm import CollectiveCall
 from emulator.parallel.job import CollectiveCost, _stage_cost
-from emulator.parallel.plan import ParallelConfig, groups, placements
+from emulator.parallel.plan import ParallelConfig
 from emulator.parallel.tracer import StageMemory, StageProgram, TracedGraph
 from tests.support import tool_env, wait_until
 
@@ -41,7 +41,7 @@ def planned_all_reduce(config: ParallelConfig, nbytes: int) -> CollectiveCost:
     )
     memory = StageMemory(0, 0, 0, 0, 0, 0, 0, 0, TRN1_32.core_memory_bytes)
     program = StageProgram(stage=0, graphs={"optimizer": graph}, memory=memory, send_bytes=0, parameters=0)
-    stage = _stage_cost(program, 0, config, TRN1_32, placements(config))
+    stage = _stage_cost(program, 0, config, TRN1_32, config.grid.placements())
     return stage.collectives["optimizer"][0]
 
 
@@ -79,7 +79,7 @@ def test_an_all_reduce_costs_the_same_in_a_plan_and_under_exec(daemon_factory, s
     # TP2 x DP2 on 4 cores of a trn1.32xlarge: the data-parallel groups are cores (0, 2) and
     # (1, 3), each pair on chips 0 and 1, both rings over the same NeuronLink at once
     config = ParallelConfig(tp=2, pp=1, dp=2, micro_batch=1, global_batch=2, seq_len=1)
-    dp_groups = groups(config, "dp")
+    dp_groups = config.grid.groups("dp")
     assert dp_groups == [[0, 2], [1, 3]]
     planned = planned_all_reduce(config, NBYTES)
     alone = cost_group_collective("all_reduce", NBYTES, (0, 2), TRN1_32).seconds

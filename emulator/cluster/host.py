@@ -56,19 +56,13 @@ from emulator.daemon.security import PeerCredentialsProtocol, SecurityError, che
 from emulator.daemon.server import StartError, listener
 from emulator.lifecycle import STOP_SIGNALS, Stopped
 from neurontools.cli import handle_signals
-from neurontools.exporter.app import Exposition
-from neurontools.exporter.app import create_app as create_exporter_app
-from neurontools.exporter.collector import Collector, CompatFeed
-from neurontools.exporter.server import listen
+from neurontools.exporter.api import ExporterSpec, build_exporter, listen
 from neurontools.sources.address import DaemonAddress
-from neurontools.sources.daemon_client import DaemonClient
-from neurontools.sources.tool_session import ToolSession
 
 __all__ = ["HostPlan", "already_running", "host_alive", "run_host"]
 
 PROG = "neuron-emulator"
 EXPORTER_BIND = "127.0.0.1"
-SESSION_TIMEOUT_S = 1.0  # as neuron-exporter: registering with the daemon never holds shutdown longer
 GRACEFUL_SHUTDOWN_S = 2.0
 
 
@@ -184,12 +178,10 @@ class _StopRequest:
 
 def _exporter_app(node: NodeSpec, port: int, interval: float) -> FastAPI:
     """neuron-exporter's app for ``node``: what ``neuron-exporter --port PORT`` builds with
-    ``NEURON_EMULATOR_ADDR`` set to the node's socket (neurontools/exporter/cli.py)."""
-    client = DaemonClient(node.address, timeout=min(max(2 * interval, 1.0), 5.0))
+    ``NEURON_EMULATOR_ADDR`` set to the node's socket (neurontools/exporter/api.py), rendering at
+    scrape time (many exporters share this process)."""
     command = f"neuron-exporter --port {port} (node {node.index})"  # within neuron-ls -a's 40 characters
-    session = ToolSession(DaemonClient(node.address, timeout=SESSION_TIMEOUT_S), command)
-    collector = Collector(client, interval, compat=CompatFeed.load(), session=session)
-    return create_exporter_app(collector, Exposition(collector, per_process=False, on_scrape=True), session=session)
+    return build_exporter(ExporterSpec(node.address, interval, command, on_scrape=True))
 
 
 def _exporter_socket(node: NodeSpec, port: int) -> socket.socket:

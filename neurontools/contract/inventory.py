@@ -213,7 +213,7 @@ def device_from_dict(data: Mapping[str, Any]) -> Device:
 
 
 def pod_from_dict(data: Any, where: str = "pod") -> PodRef | None:
-    """A process's ``pod`` (absent or null: none; older daemons send no key)."""
+    """A process's ``pod`` (null: none)."""
     if data is None:
         return None
     names = PodRef.__dataclass_fields__
@@ -233,7 +233,7 @@ def process_from_dict(data: Mapping[str, Any]) -> NeuronProcess:
         kind=kind,
         neuroncores=_int_list(_take(data, "neuroncores", list, where), f"{where}.neuroncores"),
         attached_at=float(_take(data, "attached_at", (int, float), where)),
-        pod=pod_from_dict(data.get("pod"), f"{where}.pod"),
+        pod=pod_from_dict(_take(data, "pod", (Mapping, type(None)), where), f"{where}.pod"),
     )
 
 

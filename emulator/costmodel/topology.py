@@ -44,6 +44,7 @@ from typing import SupportsIndex
 
 from emulator.costmodel.collectives import CollectiveLinks, links_for, steps_and_factor
 from emulator.hardware.instance_types import TORUS_COLS, TORUS_ROWS, InstanceType
+from neurontools.contract.inventory import CoreLayout
 
 LINK_TYPES = ("intra_chip", "neuronlink", "efa")
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send")
@@ -114,7 +115,7 @@ def _check_nodes(nodes: int) -> int:
 def core_place(instance: InstanceType, core: int) -> tuple[int, int]:
     """``(node, chip)`` of a global NeuronCore id: core ``c`` is core ``c % core_count`` of node ``c // core_count``."""
     node, local = divmod(core, instance.core_count)
-    return node, local // instance.cores_per_device
+    return node, instance.layout.device_of(local)
 
 
 def torus_hops(a: int, b: int, rows: int = TORUS_ROWS, cols: int = TORUS_COLS) -> int:
@@ -265,11 +266,11 @@ def _path_from_tour(tour: tuple[int, ...]) -> tuple[int, ...]:
 
 
 @lru_cache(maxsize=4096)
-def _ring_order(cores_per_node: int, cores_per_device: int, cores: tuple[int, ...]) -> tuple[int, ...]:
+def _ring_order(layout: CoreLayout, cores: tuple[int, ...]) -> tuple[int, ...]:
     by_node: dict[int, dict[int, list[int]]] = {}
     for core in cores:
-        node, local = divmod(core, cores_per_node)
-        by_node.setdefault(node, {}).setdefault(local // cores_per_device, []).append(core)
+        node, local = divmod(core, layout.core_count)
+        by_node.setdefault(node, {}).setdefault(layout.device_of(local), []).append(core)
     spans = len(by_node) > 1
     ring: list[int] = []
     for node in sorted(by_node):
@@ -297,7 +298,7 @@ def ring_order(instance: InstanceType, cores: Sequence[int], nodes: int | None =
         nodes = max(1, max(ids, default=0) // instance.core_count + 1)
     group = _check_group(instance, cores, _check_nodes(nodes), "ring")
     _require_links(instance, group)
-    return _ring_order(instance.core_count, instance.cores_per_device, tuple(sorted(group)))
+    return _ring_order(instance.layout, tuple(sorted(group)))
 
 
 def _require_links(instance: InstanceType, group: Sequence[int]) -> None:
@@ -338,7 +339,7 @@ def _flow(instance: InstanceType, kind: str, group: tuple[int, ...]) -> _Flow:
         edges: tuple[tuple[int, int], ...] = ((group[0], group[1]),)
         senders = 1
     else:
-        ring = _ring_order(instance.core_count, instance.cores_per_device, tuple(sorted(group)))
+        ring = _ring_order(instance.layout, tuple(sorted(group)))
         if kind == "broadcast":  # pipelined chain from the root, group[0]; the edge back to it is idle
             i = ring.index(group[0])
             ring = ring[i:] + ring[:i]

@@ -39,7 +39,7 @@ def create_app(
     daemon = Daemon(
         registry=registry,
         telemetry=Telemetry(inventory),
-        faults=FaultTable([tuple(d.neuroncore_ids) for d in inventory.devices]),
+        faults=FaultTable(inventory.hardware.layout),
         access=access if access is not None else Access(),
         info=info,
     )

@@ -156,7 +156,7 @@ def plan_job(
             except NeuronRuntimeError as exc:
                 if exc.status != "NRT_RESOURCE":
                     raise
-                raise _stage_oom(config, stage, exc.message.split(" on ND", 1)[0]) from None
+                raise _stage_oom(config, instance, stage, exc.message.split(" on ND", 1)[0]) from None
             trace_seconds += traced[kind].trace_seconds
         programs[stage] = traced[kind]
 
@@ -195,6 +195,7 @@ def plan_job(
         if peak > instance.core_memory_bytes:
             raise _stage_oom(
                 config,
+                instance,
                 stage,
                 f"Failed to allocate {format_bytes(peak - instance.core_memory_bytes)} more than the core has "
                 f"(peak {format_bytes(peak)} with {plan.timeline.stages[stage].max_in_flight} micro-batches in flight)",
@@ -202,16 +203,17 @@ def plan_job(
     return plan
 
 
-def _stage_oom(config: ParallelConfig, stage: int, what: str) -> NeuronRuntimeError:
+def _stage_oom(config: ParallelConfig, instance: InstanceType, stage: int, what: str) -> NeuronRuntimeError:
     """The runtime's out-of-memory error for the first core of a stage (every core of the stage
     holds the same shard)."""
     core = (stage * config.tp * config.dp) % config.ranks_per_node
+    device, local = instance.layout.device_of(core), instance.layout.local_core(core)
     return NeuronRuntimeError(
         "NRT_RESOURCE",
-        f"{what} on ND {core // 2}:NC {core % 2} (NeuronCore {core}, pipeline stage {stage}): "
+        f"{what} on ND {device}:NC {local} (NeuronCore {core}, pipeline stage {stage}): "
         f'nrt_tensor_allocate status={NRT_RESOURCE_STATUS} message="Allocation Failure" '
-        "- the shard does not fit the NeuronCore's 16 GiB of HBM; more --tp or --pp, --zero1, --recompute "
-        "or a smaller --micro-batch may",
+        f"- the shard does not fit the NeuronCore's {instance.core_memory_bytes / 2**30:g} GiB of HBM; "
+        "more --tp or --pp, --zero1, --recompute or a smaller --micro-batch may",
     )
 
 

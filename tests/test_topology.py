@@ -15,14 +15,12 @@ from emulator.costmodel.topology import (
     KINDS,
     LINK_TYPES,
     GroupCollectiveCost,
-    core_place,
     cost_group_collective,
     efa_bandwidth,
     neuronlink_bandwidth,
     ring_order,
-    torus_hops,
-    torus_route,
 )
+from emulator.costmodel.torus import core_place, torus_hops, torus_route
 from emulator.hardware.instance_types import TRN1_2XLARGE, TRN1_32XLARGE, TRN1N_32XLARGE, torus_neighbours
 from emulator.hardware.neuroncore_v2 import (
     ALLGATHER_32RANK_FP32,

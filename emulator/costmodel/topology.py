@@ -8,7 +8,7 @@ Topology (docs/collectives.md §1): trn1.32xlarge / trn1n.32xlarge hold 16 Train
 neighbours, :func:`~emulator.hardware.instance_types.torus_neighbours`); chip ``d`` owns
 NeuronCores ``2d`` and ``2d + 1``. trn1.2xlarge is one chip, no NeuronLink. Across instances
 ("nodes") a core is numbered globally: core ``c`` is core ``c % 32`` of node ``c // 32`` (the
-rank layout of ``emulator/parallel/plan.py``).
+rank layout of ``emulator/parallel/plan.py``). Placement and routes: ``torus.py``.
 
 Model, per ring (the group's cores in :func:`ring_order`)::
 
@@ -38,12 +38,12 @@ import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import lru_cache
 from types import MappingProxyType
-from typing import SupportsIndex
 
 from emulator.costmodel.collectives import CollectiveLinks, links_for, steps_and_factor
-from emulator.hardware.instance_types import TORUS_COLS, TORUS_ROWS, InstanceType
+from emulator.costmodel.torus import check_group, check_nodes, core_place, route_links, torus_hops
+from emulator.hardware.instance_types import TORUS_COLS, InstanceType
 from neurontools.contract.inventory import CoreLayout
 
 LINK_TYPES = ("intra_chip", "neuronlink", "efa")
@@ -74,89 +74,6 @@ class GroupCollectiveCost:
     nodes: int = 1  # instances the group spans
 
 
-# --- topology -------------------------------------------------------------------------------------------
-
-
-def _check_core(instance: InstanceType, core: object, nodes: int) -> int:
-    if isinstance(core, bool) or not isinstance(core, SupportsIndex):
-        raise ValueError(f"NeuronCore {core!r} is not an integer")
-    try:
-        c = operator.index(core)
-    except TypeError:
-        raise ValueError(f"NeuronCore {core!r} is not an integer") from None
-    total = instance.core_count * nodes
-    if not 0 <= c < total:
-        raise ValueError(
-            f"NeuronCore {c} out of range 0-{total - 1} ({nodes} {instance.name} node{'s' if nodes > 1 else ''})"
-        )
-    return c
-
-
-def _check_group(instance: InstanceType, cores: Sequence[int], nodes: int, what: str = "group") -> tuple[int, ...]:
-    if isinstance(cores, str | bytes):
-        raise ValueError(f"{what} must be a sequence of NeuronCore ids, got {cores!r}")
-    checked = tuple(_check_core(instance, c, nodes) for c in cores)
-    if not checked:
-        raise ValueError(f"{what} has no NeuronCores")
-    seen: set[int] = set()
-    for c in checked:
-        if c in seen:
-            raise ValueError(f"{what} lists NeuronCore {c} twice")
-        seen.add(c)
-    return checked
-
-
-def _check_nodes(nodes: int) -> int:
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise ValueError(f"nodes must be a positive integer, got {nodes!r}")
-    return nodes
-
-
-def core_place(instance: InstanceType, core: int) -> tuple[int, int]:
-    """``(node, chip)`` of a global NeuronCore id: core ``c`` is core ``c % core_count`` of node ``c // core_count``."""
-    node, local = divmod(core, instance.core_count)
-    return node, instance.layout.device_of(local)
-
-
-def torus_hops(a: int, b: int, rows: int = TORUS_ROWS, cols: int = TORUS_COLS) -> int:
-    """Shortest number of NeuronLink hops between chips ``a`` and ``b`` of the wrap-around torus."""
-    (ra, ca), (rb, cb) = divmod(a, cols), divmod(b, cols)
-    dr, dc = abs(ra - rb), abs(ca - cb)
-    return min(dr, rows - dr) + min(dc, cols - dc)
-
-
-@cache
-def torus_route(a: int, b: int, rows: int = TORUS_ROWS, cols: int = TORUS_COLS) -> tuple[int, ...]:
-    """Chips a message visits from ``a`` to ``b`` (both included) on a shortest path.
-
-    Dimension order: first along the row (columns), then along the column (rows); a tie between
-    the two ways round (distance 2 on a ring of 4) goes the increasing way. An assumption: the
-    runtime's routing is not documented, only that any chip can reach every chip's HBM.
-    """
-    for chip in (a, b):
-        if not 0 <= chip < rows * cols:
-            raise ValueError(f"chip {chip} not on a {rows}x{cols} torus")
-    r, c = divmod(a, cols)
-    rb, cb = divmod(b, cols)
-    path = [a]
-    delta = (cb - c) % cols
-    step = 1 if delta <= cols // 2 else -1
-    while c != cb:
-        c = (c + step) % cols
-        path.append(r * cols + c)
-    delta = (rb - r) % rows
-    step = 1 if delta <= rows // 2 else -1
-    while r != rb:
-        r = (r + step) % rows
-        path.append(r * cols + c)
-    return tuple(path)
-
-
-def _route_links(a: int, b: int) -> tuple[tuple[int, int], ...]:
-    path = torus_route(a, b)
-    return tuple(itertools.pairwise(path))
-
-
 # --- ring order -----------------------------------------------------------------------------------------
 
 
@@ -172,7 +89,7 @@ def _tour_score(tour: Sequence[int], cyclic: bool = True) -> tuple[int, int, int
     load: dict[tuple[int, int], int] = {}
     total = longest = 0
     for a, b in _edge_list(tour, cyclic):
-        links = _route_links(a, b)
+        links = route_links(a, b)
         total += len(links)
         longest = max(longest, len(links))
         for link in links:
@@ -296,7 +213,7 @@ def ring_order(instance: InstanceType, cores: Sequence[int], nodes: int | None =
     if nodes is None:
         ids = [c for c in cores if isinstance(c, int) and not isinstance(c, bool)]
         nodes = max(1, max(ids, default=0) // instance.core_count + 1)
-    group = _check_group(instance, cores, _check_nodes(nodes), "ring")
+    group = check_group(instance, cores, check_nodes(nodes), "ring")
     _require_links(instance, group)
     return _ring_order(instance.layout, tuple(sorted(group)))
 
@@ -362,7 +279,7 @@ def _flow(instance: InstanceType, kind: str, group: tuple[int, ...]) -> _Flow:
             types.append("intra_chip")
             hops.append(0)
         else:
-            links = _route_links(ca, cb)
+            links = route_links(ca, cb)
             types.append("neuronlink")
             hops.append(len(links))
             for x, y in links:
@@ -463,13 +380,13 @@ def cost_group_collective(
         size = -1
     if size < 0:
         raise ValueError(f"nbytes must be a non-negative integer, got {nbytes!r}")
-    nodes = _check_nodes(nodes)
-    members = _check_group(instance, group, nodes)
+    nodes = check_nodes(nodes)
+    members = check_group(instance, group, nodes)
     if key == "send" and len(members) != 2:
         raise ValueError(f"send needs exactly 2 NeuronCores (source, destination), got {len(members)}")
     others: list[tuple[int, ...]] = []
     for k, other in enumerate(concurrent):
-        checked = _check_group(instance, other, nodes, f"concurrent group {k}")
+        checked = check_group(instance, other, nodes, f"concurrent group {k}")
         if key == "send" and len(checked) != 2:
             raise ValueError(f"concurrent group {k}: a send needs exactly 2 NeuronCores, got {len(checked)}")
         same = checked == members if key == "send" else sorted(checked) == sorted(members)

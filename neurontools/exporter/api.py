@@ -21,7 +21,7 @@ from neurontools.sources.address import DaemonAddress
 from neurontools.sources.daemon_client import DaemonClient
 from neurontools.sources.tool_session import ToolSession
 
-__all__ = ["ExporterSpec", "build_exporter", "client_timeout", "listen", "serve", "url"]
+__all__ = ["ExporterSpec", "build_exporter", "listen", "serve", "url"]
 
 SESSION_TIMEOUT = 1.0  # registering / unregistering with the daemon never holds shutdown longer
 

@@ -274,9 +274,7 @@ def inventory_from_dict(data: Mapping[str, Any]) -> Inventory:
     if not isinstance(data, Mapping):
         raise InventoryError(f"inventory: expected an object, got {type(data).__name__}")
     devices = _take(data, "devices", list, "inventory")
-    processes = data.get("processes", [])
-    if not isinstance(processes, list):
-        raise InventoryError("inventory.processes: expected a list")
+    processes = _take(data, "processes", list, "inventory")
     return Inventory(
         instance=instance_from_dict(_take(data, "instance", Mapping, "inventory")),
         hardware=hardware_from_dict(_take(data, "hardware", Mapping, "inventory")),

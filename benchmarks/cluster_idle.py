@@ -117,7 +117,7 @@ def one_node_pair(runtime: Path) -> Iterator[list[psutil.Process]]:
             time.sleep(0.1)
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "neurontools.exporter.app", "--port", "0", "--interval", "1"],
+                [sys.executable, "-m", "neurontools.exporter.cli", "--port", "0", "--interval", "1"],
                 env=env(runtime, NEURON_EMULATOR_ADDR=str(sock)),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

@@ -152,6 +152,20 @@ def runtime_process(
     )
 
 
+def no_retired() -> snapshot_models.RuntimeProcess:
+    """The daemon's retired totals (pid 0) before any process exited."""
+    return runtime_process(
+        0,
+        tag="retired",
+        runtime_version="",
+        cores=[],
+        busy={},
+        flops={},
+        cpu=None,
+        host_memory=dict.fromkeys(HOST_MEMORY, 0),
+    )
+
+
 def instance(instance_type: str, instance_id: str) -> InstanceIdentity:
     return InstanceIdentity(
         instance_name="",
@@ -189,11 +203,13 @@ def snapshot(
     host_memory: Mapping[str, int] | None = None,
     ecc: Mapping[int, Mapping[str, int]] | None = None,
     retired: snapshot_models.RuntimeProcess | None = None,
+    latency_log: Sequence[tuple[int, tuple[float, float, float]]] = (),
 ) -> dict[str, Any]:
     """A whole snapshot as the daemon writes it: ``vcpus`` one row of cumulative seconds per CPU
     (states as docs/snapshot.md), ``host_memory`` the host's (total, used, swap_total, swap_used;
     default 32 GiB, 9 GiB used), ``ecc`` ECC counts per device (default none), ``retired`` the
-    counters of processes that have exited (pid 0; default: left out, as older daemons do)."""
+    counters of processes that have exited (pid 0; default: none exited), ``latency_log`` the
+    node's (sequence, (end, total, device)) of recent executions (default: none)."""
     devices = hardware.neuron_device_count
     taken = snapshot_models.Snapshot(
         time=time,
@@ -214,6 +230,7 @@ def snapshot(
             )
             for d in range(devices)
         ),
-        retired=retired,
+        retired=retired if retired is not None else no_retired(),
+        latency_log=tuple((seq, snapshot_models.Latency(*lat)) for seq, lat in latency_log),
     )
     return SNAPSHOT.dump(taken)

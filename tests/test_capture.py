@@ -162,8 +162,8 @@ class ReferenceRecorder:
 def _train_steps(workload: str, steps: int, *, fast: bool) -> tuple[list[tuple], list[tuple]]:
     """``steps`` training steps of a workload on the device; per step the captured graph key and
     the ledger's (usage, peak). ``fast``: Recorder + per-op caches; else the reference path."""
+    from emulator.capture.dtypes import TORCH_DTYPES
     from emulator.workloads import get_workload
-    from emulator.workloads.runner import TORCH_DTYPES
     from emulator.workloads.tasks import TaskOptions
 
     spec = get_workload(workload)

@@ -1,6 +1,6 @@
 """neuron-exporter: a real exporter process against a real daemon and a real training process.
 
-The exporter runs as ``python -m neurontools.exporter.app --port 0`` (the console script is the
+The exporter runs as ``python -m neurontools.exporter.cli --port 0`` (the console script is the
 same ``main``) and announces the address it bound on stderr.
 """
 
@@ -78,7 +78,7 @@ class Exporter:
 
 def start_exporter(address: str, *args: str) -> Exporter:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "neurontools.exporter.app", "--port", "0", *args],
+        [sys.executable, "-m", "neurontools.exporter.cli", "--port", "0", *args],
         env=tool_env(address),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -409,7 +409,7 @@ def test_rest_parameters_errors_and_openapi(daemon, exporters) -> None:
 )
 def test_bad_flags_one_line_and_nonzero_exit(args: list[str], needle: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "neurontools.exporter.app", *args],
+        [sys.executable, "-m", "neurontools.exporter.cli", *args],
         env=tool_env("/nonexistent.sock"),
         capture_output=True,
         text=True,
@@ -424,7 +424,7 @@ def test_port_in_use_is_one_line() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "neurontools.exporter.app", "--port", str(port)],
+            [sys.executable, "-m", "neurontools.exporter.cli", "--port", str(port)],
             env=tool_env("/nonexistent.sock"),
             capture_output=True,
             text=True,

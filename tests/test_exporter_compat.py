@@ -32,8 +32,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from neurontools.contract.schema import APP_GROUPS
-from neurontools.exporter.compat import FAMILIES, CompatMetrics
+from neurontools.exporter.compat import CompatMetrics
 from neurontools.exporter.compat_cli import build_registry, parse_args, pump
+from neurontools.exporter.compat_families import FAMILIES
 from neurontools.monitor.config import parse_config
 from neurontools.report.builder import build_report
 from tests.snapshots import parsed, recorded

@@ -22,7 +22,8 @@ from neurontools.contract.json_values import (
     number_or_none,
 )
 from neurontools.contract.schema import ENGINE_KEYS
-from neurontools.contract.snapshot import SNAPSHOT, SnapshotError, SnapshotParser
+from neurontools.contract.snapshot import SCHEMA_VERSION, SNAPSHOT, SnapshotError, SnapshotParser
+from neurontools.contract.snapshot_models import SCHEMA_VERSION_EXPECTED
 from tests.fuzz_support import AUTH, AsgiClient, daemon_app, seed_daemon
 from tests.snapshots import later, loaded_model, parsed, recorded, runtime_process
 from tests.snapshots import snapshot as made_snapshot
@@ -129,7 +130,8 @@ def test_snapshot_parser_reuses_only_unchanged_sections() -> None:
     assert pa is not None and pb is not None
     assert pb.memory is pa.memory and pb.loaded_models is pa.loaded_models
     assert pb.cores[0].busy == pa.cores[0].busy + 0.5
-    assert parser.parsed == Counter({"memory": 1, "loaded_models": 1})
+    # the process's and the retired totals' (pid 0) sections, parsed once
+    assert parser.parsed == Counter({"memory": 2, "loaded_models": 2})
 
     grown = later(first, 2.0)
     grown["processes"][0]["memory"]["cores"]["0"]["tensors"] += 1024
@@ -137,7 +139,7 @@ def test_snapshot_parser_reuses_only_unchanged_sections() -> None:
     pc = c.process(4242)
     assert pc is not None and pc.memory is not pb.memory and pc.loaded_models is pb.loaded_models
     assert pc.memory.cores[0].tensors == pb.memory.cores[0].tensors + 1024
-    assert parser.parsed == Counter({"memory": 2, "loaded_models": 1})
+    assert parser.parsed == Counter({"memory": 3, "loaded_models": 2})
 
     broken = later(grown)  # a changed section is validated again
     broken["processes"][0]["memory"]["cores"]["0"]["tensors"] = "lots"
@@ -150,7 +152,7 @@ def test_snapshot_parser_reuses_only_unchanged_sections() -> None:
     gone["processes"] = [p for p in gone["processes"] if p["pid"] != 4242]
     parser.parse(gone)
     back = parser.parse(later(grown, 3.0))
-    assert back.process(4242) == pc and parser.parsed == Counter({"memory": 3, "loaded_models": 2})
+    assert back.process(4242) == pc and parser.parsed == Counter({"memory": 4, "loaded_models": 3})
 
 
 def test_json_values_name_and_check() -> None:
@@ -201,3 +203,19 @@ def test_json_values_name_and_check() -> None:
         None,
         None,
     ]
+
+
+@pytest.mark.parametrize("version", [2, 0, "1", True, None, "absent"])
+def test_a_snapshot_of_another_schema_version_is_refused_with_one_error(version: object) -> None:
+    data = recorded("trn1_2xlarge_train_cur")
+    assert parsed(data).schema_version == SCHEMA_VERSION == data["schema_version"]
+    if version == "absent":
+        del data["schema_version"]
+        got = "no schema_version"
+    else:
+        data["schema_version"] = version
+        got = repr(version) if version is not None else "null"
+    del data["processes"]  # refused for its version before anything else is read
+    with pytest.raises(SnapshotError) as err:
+        parsed(data)
+    assert str(err.value) == f"snapshot.schema_version: expected {SCHEMA_VERSION_EXPECTED}, got {got}"

@@ -56,19 +56,13 @@ from emulator.daemon.security import PeerCredentialsProtocol, SecurityError, che
 from emulator.daemon.server import StartError, listener
 from emulator.lifecycle import STOP_SIGNALS, Stopped
 from neurontools.cli import handle_signals
-from neurontools.exporter.app import Exposition
-from neurontools.exporter.app import create_app as create_exporter_app
-from neurontools.exporter.collector import Collector, CompatFeed
-from neurontools.exporter.server import listen
+from neurontools.exporter.api import ExporterSpec, build_exporter, listen
 from neurontools.sources.address import DaemonAddress
-from neurontools.sources.daemon_client import DaemonClient
-from neurontools.sources.tool_session import ToolSession
 
 __all__ = ["HostPlan", "already_running", "host_alive", "run_host"]
 
 PROG = "neuron-emulator"
 EXPORTER_BIND = "127.0.0.1"
-SESSION_TIMEOUT_S = 1.0  # as neuron-exporter: registering with the daemon never holds shutdown longer
 GRACEFUL_SHUTDOWN_S = 2.0
 
 
@@ -184,12 +178,10 @@ class _StopRequest:
 
 def _exporter_app(node: NodeSpec, port: int, interval: float) -> FastAPI:
     """neuron-exporter's app for ``node``: what ``neuron-exporter --port PORT`` builds with
-    ``NEURON_EMULATOR_ADDR`` set to the node's socket (neurontools/exporter/cli.py)."""
-    client = DaemonClient(node.address, timeout=min(max(2 * interval, 1.0), 5.0))
+    ``NEURON_EMULATOR_ADDR`` set to the node's socket (neurontools/exporter/api.py), rendering at
+    scrape time (many exporters share this process)."""
     command = f"neuron-exporter --port {port} (node {node.index})"  # within neuron-ls -a's 40 characters
-    session = ToolSession(DaemonClient(node.address, timeout=SESSION_TIMEOUT_S), command)
-    collector = Collector(client, interval, compat=CompatFeed.load(), session=session)
-    return create_exporter_app(collector, Exposition(collector, per_process=False, on_scrape=True), session=session)
+    return build_exporter(ExporterSpec(node.address, interval, command, on_scrape=True))
 
 
 def _exporter_socket(node: NodeSpec, port: int) -> socket.socket:
@@ -251,34 +243,8 @@ def run_host(plan: HostPlan, *, on_ready: Callable[[ClusterState], None] | None 
             exporter_socket=lambda node, port: _exporter_socket(node, port),
         )
         stack.callback(fleet.close)  # sockets of nodes brought up again; after the servers stopped
-        for node in plan.nodes:
-            sock, access = stack.enter_context(listener(node.address))  # removes the socket at exit
-            registry = new_registry(node)
-            daemons.add(
-                node.index,
-                daemon_app(node, registry, access),
-                sock,
-                http=PeerCredentialsProtocol,
-                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-            )
-            fleet.add(node, 0, registry)
-        control, access = stack.enter_context(listener(DaemonAddress(socket_path=plan.layout.control_socket)))
-        daemons.add(
-            CONTROL_KEY,
-            control_app(fleet, access),
-            control,
-            http=PeerCredentialsProtocol,
-            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-        )
-        ports = []
-        for node in plan.nodes:
-            sock = _exporter_socket(node, plan.exporter_port_base + node.index if plan.exporter_port_base else 0)
-            stack.callback(sock.close)
-            port = int(sock.getsockname()[1])
-            ports.append(port)
-            fleet.nodes[node.index].port = port
-            app = _exporter_app(node, port, plan.exporter_interval)
-            exporters.add(node.index, app, sock, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+        _add_daemons(plan, stack, daemons, fleet)
+        ports = _add_exporters(plan, stack, exporters, fleet)
         state = _state(plan, ports, started_at)
         stack.callback(remove_files, state, plan.layout)  # before the sockets go, after the servers stopped
 
@@ -294,6 +260,43 @@ def run_host(plan: HostPlan, *, on_ready: Callable[[ClusterState], None] | None 
 
         asyncio.run(_serve(daemons, exporters, stop, ready))
         _say(f"cluster stopped ({signal.Signals(stop.signum).name if stop.signum else 'done'})")
+
+
+def _add_daemons(plan: HostPlan, stack: contextlib.ExitStack, daemons: ServerGroup, fleet: Fleet) -> None:
+    """Every node's daemon on its Unix socket, and the host's control socket beside them."""
+    for node in plan.nodes:
+        sock, access = stack.enter_context(listener(node.address))  # removes the socket at exit
+        registry = new_registry(node)
+        daemons.add(
+            node.index,
+            daemon_app(node, registry, access),
+            sock,
+            http=PeerCredentialsProtocol,
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        )
+        fleet.add(node, 0, registry)
+    control, access = stack.enter_context(listener(DaemonAddress(socket_path=plan.layout.control_socket)))
+    daemons.add(
+        CONTROL_KEY,
+        control_app(fleet, access),
+        control,
+        http=PeerCredentialsProtocol,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    )
+
+
+def _add_exporters(plan: HostPlan, stack: contextlib.ExitStack, exporters: ServerGroup, fleet: Fleet) -> list[int]:
+    """Every node's exporter on its TCP port; the ports, by node."""
+    ports = []
+    for node in plan.nodes:
+        sock = _exporter_socket(node, plan.exporter_port_base + node.index if plan.exporter_port_base else 0)
+        stack.callback(sock.close)
+        port = int(sock.getsockname()[1])
+        ports.append(port)
+        fleet.nodes[node.index].port = port
+        app = _exporter_app(node, port, plan.exporter_interval)
+        exporters.add(node.index, app, sock, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+    return ports
 
 
 async def _serve(daemons: ServerGroup, exporters: ServerGroup, stop: _StopRequest, ready: Callable[[], None]) -> None:

@@ -17,38 +17,38 @@ from typing import Any
 # an uncorrectable ECC event makes the next execution on the core fail with this NRT status
 from emulator.runtime.faults import HARDWARE_ERROR_STATUS as HARDWARE_ERRORS
 from emulator.runtime.faults import NO_FAULTS, CoreFaults
+from neurontools.contract.inventory import CoreLayout
 
 
 class FaultTable:
     """``devices``: the NeuronCore ids of each Neuron device, by device index."""
 
-    def __init__(self, devices: list[tuple[int, ...]]) -> None:
-        self._devices = devices
-        self._core_count = sum(len(cores) for cores in devices)
+    def __init__(self, layout: CoreLayout) -> None:
+        self._layout = layout
         self._lock = threading.Lock()
         self._cores: dict[int, CoreFaults] = {}  # the EFA factor is the node's: kept apart
         self._efa_bandwidth_factor = 1.0
 
     def check_cores(self, cores: list[int]) -> None:
-        bad = [c for c in cores if not 0 <= c < self._core_count]
+        bad = [c for c in cores if not 0 <= c < self._layout.core_count]
         if bad:
-            raise ValueError(f"NeuronCore {bad[0]} does not exist (0-{self._core_count - 1})")
+            raise ValueError(f"NeuronCore {bad[0]} does not exist (0-{self._layout.core_count - 1})")
 
     def targets(self, neuron_device: int | None, core: int | None) -> list[int]:
         """The cores a fault applies to: ``core``, else every core of ``neuron_device``, else of the node."""
-        if neuron_device is not None and not 0 <= neuron_device < len(self._devices):
-            raise ValueError(f"neuron_device {neuron_device} does not exist (0-{len(self._devices) - 1})")
+        if neuron_device is not None and not 0 <= neuron_device < self._layout.device_count:
+            raise ValueError(f"neuron_device {neuron_device} does not exist (0-{self._layout.device_count - 1})")
         if core is not None:
             self.check_cores([core])
-            if neuron_device is not None and core not in self._devices[neuron_device]:
+            if neuron_device is not None and self._layout.device_of(core) != neuron_device:
                 raise ValueError(f"NeuronCore {core} is not on neuron_device {neuron_device}")
             return [core]
         if neuron_device is not None:
-            return list(self._devices[neuron_device])
-        return list(range(self._core_count))
+            return list(self._layout.cores_of(neuron_device))
+        return list(range(self._layout.core_count))
 
     def device_of(self, core: int) -> int:
-        return next(i for i, cores in enumerate(self._devices) if core in cores)
+        return self._layout.device_of(core)
 
     def slow(self, cores: list[int], factor: float) -> None:
         """Executions on ``cores`` take ``factor`` x their modelled device time (replaces an earlier factor)."""

@@ -81,30 +81,7 @@ def make_identity(
     _check(subnet_id, _SUBNET_RE, "subnet id", "subnet-0123456789abcdef0")
     _check(region, _REGION_RE, "region", DEFAULT_REGION)
     _check(availability_zone_id, _AZ_ID_RE, "availability zone id", DEFAULT_AVAILABILITY_ZONE_ID)
-    if availability_zone is not None and (
-        not isinstance(availability_zone, str) or not re.match(r"^[a-z0-9-]+[0-9][a-z]$", availability_zone)
-    ):
-        raise ValueError(f"invalid availability zone {availability_zone!r}: expected e.g. 'us-west-2d'")
-
-    if availability_zone is None:
-        region = region or DEFAULT_REGION
-        availability_zone = DEFAULT_AVAILABILITY_ZONE if region == DEFAULT_REGION else f"{region}a"
-    elif region is None:
-        region = availability_zone[:-1]
-        _check(region, _REGION_RE, f"region (derived from availability zone {availability_zone!r})", "us-west-2")
-    elif availability_zone[:-1] != region:
-        raise ValueError(f"availability zone {availability_zone!r} is not in region {region!r}")
-
-    if availability_zone_id is None:
-        availability_zone_id = _zone_id_for(availability_zone, region)
-    else:
-        prefix = region_abbreviation(region)
-        if not availability_zone_id.startswith(f"{prefix}-az"):
-            raise ValueError(
-                f"availability zone id {availability_zone_id!r} does not belong to region {region!r} "
-                f"(expected {prefix}-az<N>)"
-            )
-
+    region, availability_zone, availability_zone_id = _placement(region, availability_zone, availability_zone_id)
     return InstanceIdentity(
         instance_name=instance_name,
         instance_id=instance_id or f"i-0{_hex(seed, 'instance-id', 16)}",
@@ -115,6 +92,33 @@ def make_identity(
         ami_id=ami_id or f"ami-{_hex(seed, 'ami-id', 17)}",
         subnet_id=subnet_id or f"subnet-{_hex(seed, 'subnet-id', 17)}",
     )
+
+
+def _placement(
+    region: str | None, availability_zone: str | None, availability_zone_id: str | None
+) -> tuple[str, str, str]:
+    """(region, AZ, AZ id) from those given, as ``make_identity`` describes; ValueError if inconsistent."""
+    if availability_zone is not None and (
+        not isinstance(availability_zone, str) or not re.match(r"^[a-z0-9-]+[0-9][a-z]$", availability_zone)
+    ):
+        raise ValueError(f"invalid availability zone {availability_zone!r}: expected e.g. 'us-west-2d'")
+    if availability_zone is None:
+        region = region or DEFAULT_REGION
+        availability_zone = DEFAULT_AVAILABILITY_ZONE if region == DEFAULT_REGION else f"{region}a"
+    elif region is None:
+        region = availability_zone[:-1]
+        _check(region, _REGION_RE, f"region (derived from availability zone {availability_zone!r})", "us-west-2")
+    elif availability_zone[:-1] != region:
+        raise ValueError(f"availability zone {availability_zone!r} is not in region {region!r}")
+    if availability_zone_id is None:
+        return region, availability_zone, _zone_id_for(availability_zone, region)
+    prefix = region_abbreviation(region)
+    if not availability_zone_id.startswith(f"{prefix}-az"):
+        raise ValueError(
+            f"availability zone id {availability_zone_id!r} does not belong to region {region!r} "
+            f"(expected {prefix}-az<N>)"
+        )
+    return region, availability_zone, availability_zone_id
 
 
 def device_serial_number(seed: str, device: int) -> str:

@@ -13,10 +13,12 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from types import MappingProxyType
 
 from emulator.hardware.neuroncore_v2 import TRAINIUM1, TrainiumChipSpec
 from emulator.hardware.sourced import Sourced, cite
+from neurontools.contract.inventory import CoreLayout
 
 TORUS_ROWS = 4
 TORUS_COLS = 4
@@ -91,9 +93,14 @@ class InstanceType:
         if self.torus and self.device_count != TORUS_ROWS * TORUS_COLS:
             raise ValueError(f"{self.name}: a torus needs {TORUS_ROWS * TORUS_COLS} devices")
 
+    @cached_property
+    def layout(self) -> CoreLayout:
+        """The core/device arithmetic (neurontools/contract/inventory.py, the tools' too)."""
+        return CoreLayout(self.device_count, self.cores_per_device)
+
     @property
     def core_count(self) -> int:
-        return self.device_count * self.cores_per_device
+        return self.layout.core_count
 
     @property
     def device_memory_bytes(self) -> int:
@@ -105,13 +112,12 @@ class InstanceType:
 
     def core_ids(self, device: int) -> tuple[int, ...]:
         self._check_device(device)
-        first = device * self.cores_per_device
-        return tuple(range(first, first + self.cores_per_device))
+        return tuple(self.layout.cores_of(device))
 
     def device_of_core(self, core: int) -> int:
         if not 0 <= core < self.core_count:
             raise ValueError(f"{self.name}: NeuronCore {core} out of range 0-{self.core_count - 1}")
-        return core // self.cores_per_device
+        return self.layout.device_of(core)
 
     def connected_to(self, device: int) -> tuple[int, ...] | None:
         """NeuronLink neighbours in neuron-ls order (up, left, down, right); None without links."""

@@ -149,6 +149,7 @@ class TrainiumChipSpec:
 @dataclass(frozen=True)
 class RuntimeSpec:
     exec_timeout: Sourced
+    device_memory: Sourced  # the runtime's own device memory per NeuronCore
 
 
 @dataclass(frozen=True)
@@ -283,6 +284,7 @@ NEURONCORE_V2: NeuronCoreV2Spec = TRAINIUM1.core
 
 RUNTIME = RuntimeSpec(
     exec_timeout=Sourced(30, "s", cite("A16"), "NEURON_RT_EXEC_TIMEOUT table default; prose says 2 s"),
+    device_memory=Sourced(1088, "B", cite("I1"), "'runtime: 1.062KB' per core in the OOM report (1.062 x 1024)"),
 )
 
 _KIB, _MIB, _GIB = 2**10, 2**20, 2**30

@@ -35,6 +35,7 @@ SOURCES: dict[str, str] = {
     "A21": "nccom-test examples (2023)",
     "A26": "EFA device counts",
     "A27": "16 GB per NeuronCore (NxD-Inference guides)",
+    "I1": "a real trn1 out-of-memory log (aws-neuron-sdk issue 1014)",
     "S0": "AWS What's New (2022-10)",
     "S2": "AWS News Blog GA post",
     "S3": "re:Invent 2022 Trainium deck",

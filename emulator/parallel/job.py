@@ -182,7 +182,7 @@ def _trace_stages(
             except NeuronRuntimeError as exc:
                 if exc.status != "NRT_RESOURCE":
                     raise
-                raise _stage_oom(config, stage, exc.message.split(" on ND", 1)[0]) from None
+                raise _stage_oom(config, instance, stage, exc.message.split(" on ND", 1)[0]) from None
         programs[stage] = traced[kind]
     return programs, sum(p.trace_seconds for p in traced.values())
 
@@ -214,23 +214,25 @@ def _check_fits(plan: JobPlan) -> None:
         if peak > capacity:
             raise _stage_oom(
                 plan.config,
+                plan.instance,
                 stage,
                 f"Failed to allocate {format_bytes(peak - capacity)} more than the core has "
                 f"(peak {format_bytes(peak)} with {plan.timeline.stages[stage].max_in_flight} micro-batches in flight)",
             )
 
 
-def _stage_oom(config: ParallelConfig, stage: int, what: str) -> NeuronRuntimeError:
+def _stage_oom(config: ParallelConfig, instance: InstanceType, stage: int, what: str) -> NeuronRuntimeError:
     """The runtime's out-of-memory error for the first core of a stage (every core of the stage
     holds the same shard)."""
     grid = config.grid
     core = grid.place(grid.rank_of(pp=stage)).core
+    device, local = instance.layout.device_of(core), instance.layout.local_core(core)
     return NeuronRuntimeError(
         "NRT_RESOURCE",
-        f"{what} on ND {core // 2}:NC {core % 2} (NeuronCore {core}, pipeline stage {stage}): "
+        f"{what} on ND {device}:NC {local} (NeuronCore {core}, pipeline stage {stage}): "
         f'nrt_tensor_allocate status={NRT_RESOURCE_STATUS} message="Allocation Failure" '
-        "- the shard does not fit the NeuronCore's 16 GiB of HBM; more --tp or --pp, --zero1, --recompute "
-        "or a smaller --micro-batch may",
+        f"- the shard does not fit the NeuronCore's {instance.core_memory_bytes / 2**30:g} GiB of HBM; "
+        "more --tp or --pp, --zero1, --recompute or a smaller --micro-batch may",
     )
 
 

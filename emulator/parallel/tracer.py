@@ -31,19 +31,15 @@ import torch
 from torch import nn
 
 from emulator.capture import tensor as device_tensor
+from emulator.capture.dtypes import TORCH_DTYPES
 from emulator.capture.recorder import Recorder
 from emulator.costmodel import CostOptions, compile_cost, cost_graph, runtime_model_code_overhead_bytes
-from emulator.hardware.neuroncore_v2 import NeuronCoreV2Spec
+from emulator.hardware.neuroncore_v2 import RUNTIME, NeuronCoreV2Spec
 from emulator.parallel import comm
 from emulator.parallel.comm import CollectiveCall, RecordingCommunicator
 from emulator.parallel.ranks import ParallelState
 from emulator.runtime.compile_cache import graph_hash
 from emulator.runtime.memory import MemoryLedger
-
-# The runtime's own device memory per core: "runtime: 1.062KB" in a real trn1 OOM report (docs/hardware-catalog.md).
-RUNTIME_DEVICE_BYTES = 1088
-
-TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True)
@@ -163,7 +159,7 @@ def trace_stage(
         device=0,
         local_core=0,
         capacity=capacity,
-        runtime_memory=RUNTIME_DEVICE_BYTES,
+        runtime_memory=int(RUNTIME.device_memory.base),
         code_overhead=runtime_model_code_overhead_bytes(core),
     )
     recording = RecordingCommunicator(state)

@@ -45,10 +45,6 @@ from emulator.runtime.memory import MemoryLedger
 from emulator.runtime.placement import Store, global_core, job_rank, node_of, this_process
 from neurontools.sources.daemon_client import DaemonError, DaemonUnavailable
 
-# Runtime's own device memory per core: the OOM report of a real trn1 runtime shows
-# "runtime: 1.062KB" (docs/reference/trn1-runtime.md §Out-of-memory behaviour, source I1).
-RUNTIME_DEVICE_BYTES = 1088
-
 
 @dataclass(frozen=True)
 class StepResult:
@@ -90,7 +86,6 @@ class DeviceRuntime:
         self.core = session.neuroncores[0]  # lazy:0 is the first NeuronCore the process owns
         inventory = session.client.get("/inventory")
         itype = get_instance_type(inventory["instance"]["instance_type"])
-        per_device = itype.cores_per_device
         # the core as the collective model numbers the job's cores (docs/collectives.md)
         self.global_core = global_core(node_of(job_rank(env), env), self.core, itype.core_count)
         self.instance_type = itype
@@ -100,10 +95,10 @@ class DeviceRuntime:
         self.recorder = Recorder()
         self.ledger = MemoryLedger(
             core=self.core,
-            device=self.core // per_device,
-            local_core=self.core % per_device,
+            device=itype.layout.device_of(self.core),
+            local_core=itype.layout.local_core(self.core),
             capacity=itype.core_memory_bytes,
-            runtime_memory=RUNTIME_DEVICE_BYTES,
+            runtime_memory=int(RUNTIME_SPEC.device_memory.base),
             code_overhead=runtime_model_code_overhead_bytes(itype.chip.core),
         )
         cache_dir, flags = cache_settings(env)

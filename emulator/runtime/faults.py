@@ -41,17 +41,16 @@ class CoreFaults:
 
     @classmethod
     def from_answer(cls, answer: Any, core: int) -> CoreFaults:
-        """The core's faults from an execution answer (``ExecutionAnswer``); none without one."""
-        state = answer.get("faults") if isinstance(answer, dict) else None
-        if not isinstance(state, dict):
-            return NO_FAULTS
-        efa = float(state.get("efa_bandwidth_factor", 1.0))
-        for entry in state.get("cores", []):
-            if entry.get("core") == core:
+        """The core's faults from an execution answer (``ExecutionAnswer``: the node's fault state,
+        cores without faults left out)."""
+        state = answer["faults"]
+        efa = float(state["efa_bandwidth_factor"])
+        for entry in state["cores"]:
+            if entry["core"] == core:
                 return cls(
-                    slow_factor=max(1.0, float(entry.get("slow_factor", 1.0))),
-                    nan=bool(entry.get("nan")),
-                    hardware_error=entry.get("hardware_error") or None,
+                    slow_factor=max(1.0, float(entry["slow_factor"])),
+                    nan=bool(entry["nan"]),
+                    hardware_error=entry["hardware_error"] or None,
                     efa_bandwidth_factor=efa,
                 )
         return cls(efa_bandwidth_factor=efa)

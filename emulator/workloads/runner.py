@@ -19,6 +19,7 @@ from typing import cast
 import torch
 
 import emulator.xla as xm
+from emulator.capture.dtypes import TORCH_DTYPES
 from emulator.lifecycle import exit_status
 from emulator.runtime.collectives import collective_error, collective_timeout
 from emulator.workloads.backend import CpuBackend, XlaBackend
@@ -31,7 +32,6 @@ from emulator.workloads.tasks import Task, TaskOptions, TrainableModel
 from neurontools.sources.address import AddressError
 from neurontools.sources.daemon_client import DaemonClient
 
-TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # AdamW's default eps (1e-8) is 0 in fp16; 1e-4 is the smallest that keeps fp16 updates finite
 # (measured: 1e-6 still overflows m / (sqrt(v) + eps) to inf on gpt-tiny and mlp).
 ADAM_EPS = {"fp32": 1e-8, "bf16": 1e-8, "fp16": 1e-4}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any, Final
 
 # Runtime version shown for processes that do not use the Neuron runtime (tools), as neuron-ls -a does.
@@ -43,6 +44,37 @@ class InstanceIdentity:
 
 
 @dataclass(frozen=True)
+class CoreLayout:
+    """The one place of the core/device arithmetic: global NeuronCore ids run device by device,
+    ``cores_per_device`` each (docs/reference/trn1-platform.md §Devices and NeuronCores). The
+    tools take it from ``HardwareInfo.layout``, the emulator from its ``InstanceType.layout``."""
+
+    device_count: int
+    cores_per_device: int
+
+    @property
+    def core_count(self) -> int:
+        """NeuronCores of the instance."""
+        return self.device_count * self.cores_per_device
+
+    def device_of(self, core: int) -> int:
+        """The device a global NeuronCore id belongs to."""
+        return core // max(self.cores_per_device, 1)
+
+    def local_core(self, core: int) -> int:
+        """A global NeuronCore id's index on its device (``NC`` of ``ND 3:NC 1``)."""
+        return core % max(self.cores_per_device, 1)
+
+    def core_id(self, device: int, local: int) -> int:
+        """The global NeuronCore id of core ``local`` of ``device``."""
+        return device * self.cores_per_device + local
+
+    def cores_of(self, device: int) -> range:
+        """The global NeuronCore ids of one device."""
+        return range(self.core_id(device, 0), self.core_id(device + 1, 0))
+
+
+@dataclass(frozen=True)
 class HardwareInfo:
     """Neuron hardware summary, keys as neuron-monitor's ``neuron_hardware_info``."""
 
@@ -57,22 +89,23 @@ class HardwareInfo:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    # The one place of the core/device arithmetic: global NeuronCore ids run device by device,
-    # neuroncore_per_device_count each (docs/reference/trn1-platform.md §Devices and NeuronCores).
+    @cached_property
+    def layout(self) -> CoreLayout:
+        """The core/device arithmetic of this hardware."""
+        return CoreLayout(self.neuron_device_count, self.neuroncore_per_device_count)
 
     @property
     def core_count(self) -> int:
         """NeuronCores of the instance."""
-        return self.neuron_device_count * self.neuroncore_per_device_count
+        return self.layout.core_count
 
     def device_of(self, core: int) -> int:
         """The device a global NeuronCore id belongs to."""
-        return core // max(self.neuroncore_per_device_count, 1)
+        return self.layout.device_of(core)
 
     def cores_of(self, device: int) -> range:
         """The global NeuronCore ids of one device."""
-        per = self.neuroncore_per_device_count
-        return range(device * per, (device + 1) * per)
+        return self.layout.cores_of(device)
 
 
 @dataclass(frozen=True)
@@ -213,7 +246,7 @@ def device_from_dict(data: Mapping[str, Any]) -> Device:
 
 
 def pod_from_dict(data: Any, where: str = "pod") -> PodRef | None:
-    """A process's ``pod`` (absent or null: none; older daemons send no key)."""
+    """A process's ``pod`` (null: none)."""
     if data is None:
         return None
     names = PodRef.__dataclass_fields__
@@ -233,7 +266,7 @@ def process_from_dict(data: Mapping[str, Any]) -> NeuronProcess:
         kind=kind,
         neuroncores=_int_list(_take(data, "neuroncores", list, where), f"{where}.neuroncores"),
         attached_at=float(_take(data, "attached_at", (int, float), where)),
-        pod=pod_from_dict(data.get("pod"), f"{where}.pod"),
+        pod=pod_from_dict(_take(data, "pod", (Mapping, type(None)), where), f"{where}.pod"),
     )
 
 
@@ -241,9 +274,7 @@ def inventory_from_dict(data: Mapping[str, Any]) -> Inventory:
     if not isinstance(data, Mapping):
         raise InventoryError(f"inventory: expected an object, got {type(data).__name__}")
     devices = _take(data, "devices", list, "inventory")
-    processes = data.get("processes", [])
-    if not isinstance(processes, list):
-        raise InventoryError("inventory.processes: expected a list")
+    processes = _take(data, "processes", list, "inventory")
     return Inventory(
         instance=instance_from_dict(_take(data, "instance", Mapping, "inventory")),
         hardware=hardware_from_dict(_take(data, "hardware", Mapping, "inventory")),

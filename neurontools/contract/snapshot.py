@@ -3,7 +3,8 @@
 The models are neurontools/contract/snapshot_models.py (``Snapshot``, the whole, is re-exported
 here); validation is strict about everything a report is computed from and names the bad key, e.g.
 ``snapshot.processes[0].cores['1'].busy: expected a number, got 'x'`` (neurontools/contract/validation.py).
-Unknown keys are ignored so a newer daemon can add fields.
+A snapshot of another schema version (``schema_version``, or none) is refused as a whole with one
+error: the daemon and the tools ship together. Unknown keys are ignored.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from neurontools.contract.json_values import describe, is_object
 from neurontools.contract.reader import DaemonReader
-from neurontools.contract.snapshot_models import Snapshot
+from neurontools.contract.snapshot_models import SCHEMA_VERSION, SCHEMA_VERSION_EXPECTED, Snapshot
 from neurontools.contract.validation import JsonValidator, SectionMemo
 
 __all__ = [
+    "SCHEMA_VERSION",
     "SNAPSHOT",
     "SNAPSHOT_PATH",
     "Snapshot",
@@ -36,9 +39,20 @@ class SnapshotError(ValueError):
 SNAPSHOT: JsonValidator[Snapshot] = JsonValidator(Snapshot, "snapshot", SnapshotError)
 
 
+def check_schema_version(data: Any) -> None:
+    """Refuse a snapshot of another schema version, or of none, before reading anything else."""
+    if not is_object(data):
+        return  # validation says what the document is
+    version = data.get("schema_version")
+    if type(version) is not int or version != SCHEMA_VERSION:
+        got = "no schema_version" if "schema_version" not in data else describe(version)
+        raise SnapshotError(f"snapshot.schema_version: expected {SCHEMA_VERSION_EXPECTED}, got {got}")
+
+
 def snapshot_from_dict(data: Any, *, memo: SectionMemo | None = None) -> Snapshot:
     """Parse and validate one ``/v1/snapshot`` answer; raises ``SnapshotError`` naming the bad key.
     ``memo``: see ``SnapshotParser``."""
+    check_schema_version(data)
     return SNAPSHOT.validate(data, memo)
 
 

@@ -5,20 +5,24 @@ them as JSON (emulator/daemon/telemetry.py), the tools validate the JSON back in
 (neurontools/contract/snapshot.py), and the daemon's OpenAPI schema is generated from them. Field
 order is the wire's key order; field types say what JSON must hold (neurontools/contract/validation.py).
 
-Required on the wire is what reports are computed from; ``compile_cache``, ``collectives``,
-per-engine busy times, ``command``, ``runtime_version``, ``pod`` and ``cpu_error`` may be absent (zero,
-empty or null), and so may ``retired`` and ``latency_log`` (older daemons). ``tool`` processes carry no
-counters. A few wire objects are nested deeper than the tools read them (a subgraph's memory):
-properties give the short names.
+The snapshot carries its schema version (``schema_version``, :data:`SCHEMA_VERSION`): the daemon
+and the tools ship together, so a snapshot of another version is refused with one error
+(neurontools/contract/snapshot.py), never read field by field. Required on the wire is what reports
+are computed from; ``compile_cache``, ``collectives``, per-engine busy times, ``command``,
+``runtime_version``, ``pod`` and ``cpu_error`` may be absent (zero, empty or null), and so may
+``jobs`` (none) and ``efa_bandwidth_factor`` (1: no fault). ``tool`` processes carry no counters.
+A few wire objects are nested deeper than the tools read them (a subgraph's memory): properties
+give the short names.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from typing import Annotated, Literal, NamedTuple, TypeVar, Union
+from typing import Annotated, Final, Literal, NamedTuple, TypeVar, Union
 
 from pydantic import Discriminator
+from pydantic_core import core_schema as cs
 
 from neurontools.contract.inventory import RUNTIME, TOOL, HardwareInfo, InstanceIdentity, PodRef
 from neurontools.contract.schema import CORE_MEMORY_KEYS, HOST_MEMORY_KEYS, VCPU_FIELDS
@@ -27,6 +31,7 @@ from neurontools.contract.validation import (
     Flag,
     IndexKeyed,
     Integer,
+    JsonType,
     Number,
     Reusable,
     StrictFields,
@@ -35,6 +40,16 @@ from neurontools.contract.validation import (
 )
 
 T = TypeVar("T")
+
+SCHEMA_VERSION: Final = 1  # of the snapshot below; a change a reader must know of takes the next one
+# what a reader says of a snapshot of another version (or none): daemon and tools ship together
+SCHEMA_VERSION_EXPECTED = (
+    f"schema version {SCHEMA_VERSION} (daemon and tools ship together: use the tools of the daemon's release)"
+)
+SchemaVersion = Annotated[
+    int,
+    JsonType(SCHEMA_VERSION_EXPECTED, lambda: cs.literal_schema([SCHEMA_VERSION]), {"const": SCHEMA_VERSION}),
+]
 
 CoreIndex = Annotated[int, index_key("a NeuronCore index")]  # keys "0", "1", ... of per-core objects
 ByCore = Annotated[dict[CoreIndex, T], IndexKeyed()]  # global core id -> T, in core order
@@ -115,7 +130,7 @@ class CompileCache:
 class CollectiveCounters:
     bytes: Integer = 0
     operations: Integer = 0
-    seconds: Number = 0.0  # simulated time of the collectives (absent from older daemons)
+    seconds: Number = 0.0  # simulated time of the collectives
 
 
 @dataclass(frozen=True)
@@ -323,6 +338,8 @@ class JobCounters:
 
 @dataclass(frozen=True)
 class Snapshot:
+    # first on the wire; the daemon writes the default (its own version), the tools accept only it
+    schema_version: SchemaVersion = field(default=SCHEMA_VERSION, kw_only=True)
     time: Number  # daemon wall clock
     monotonic: Number  # daemon monotonic clock: periods are computed from this one
     instance: Annotated[InstanceIdentity, StrictFields()]
@@ -330,12 +347,10 @@ class Snapshot:
     processes: tuple[AnyProcess, ...]
     host: HostSnapshot
     hardware_counters: tuple[DeviceCounters, ...]
-    # counters of exited processes (pid 0) and every recent execution as (sequence, latency);
-    # absent from older daemons
-    retired: RuntimeProcess | None = None
-    latency_log: tuple[LoggedLatency, ...] = ()
-    # training jobs on the node and the node's EFA bandwidth factor (docs/faults.md); absent
-    # from older daemons
+    # counters of exited processes (pid 0) and every recent execution as (sequence, latency)
+    retired: RuntimeProcess
+    latency_log: tuple[LoggedLatency, ...]
+    # training jobs on the node and the node's EFA bandwidth factor (docs/faults.md)
     jobs: tuple[JobCounters, ...] = ()
     efa_bandwidth_factor: Number = 1.0
 

@@ -8,18 +8,12 @@
   the ``process_*``/``python_*`` families of prometheus_client's default collectors.
 * ``/healthz``: 200 while the process runs. ``/readyz``: 200 once a collection succeeded and the
   last one did, else 503 with ``{"error": ...}``.
-
-``main``, ``parse_args``, ``Options``, ``UsageError`` and ``USAGE`` are still importable from here
-(they live in ``cli.py``): console scripts installed before the split import
-``neurontools.exporter.app:main``, and ``python -m neurontools.exporter.app`` still runs the exporter.
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import AsyncIterator
-from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
@@ -35,7 +29,6 @@ from neurontools.sources.tool_session import ToolSession
 
 PROG = "neuron-exporter"
 TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"  # what generate_latest writes
-_CLI_NAMES = frozenset({"main", "parse_args", "Options", "UsageError", "USAGE"})
 
 
 class Exposition:
@@ -130,19 +123,3 @@ def create_app(collector: Collector, exposition: Exposition, *, session: ToolSes
 
     app.include_router(build_router(state, collector.history, collector.history_step))
     return app
-
-
-def __getattr__(name: str) -> Any:
-    """The command line's names, for importers from before the split (imported on first use:
-    ``cli.py`` imports this module)."""
-    if name in _CLI_NAMES:
-        from neurontools.exporter import cli
-
-        return getattr(cli, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-if __name__ == "__main__":
-    from neurontools.exporter.cli import main
-
-    sys.exit(main())

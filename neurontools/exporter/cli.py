@@ -2,8 +2,8 @@
 
     neuron-exporter [--bind ADDR] [-p/--port PORT] [--interval SECONDS] [--per-process] [--enable-k8s-info]
 
-The command line: options, then the exporter put together (daemon client, listening socket,
-collector, the app of ``app.py``) and served (``server.py``).
+The command line: options, a listening socket, then the exporter put together (``api.py``) and
+served (``server.py``).
 
 * Listens on 127.0.0.1:8000 by default (``--bind 0.0.0.0`` to expose; port 0 picks a free port);
   the address actually bound is printed as one line on stderr.
@@ -34,18 +34,15 @@ from neurontools.cli import (
     print_error,
     stop_signals,
 )
-from neurontools.exporter.app import PROG, Exposition, create_app
-from neurontools.exporter.collector import DEFAULT_INTERVAL, Collector, CompatFeed
-from neurontools.exporter.server import listen, serve, url
-from neurontools.sources.address import AddressError
-from neurontools.sources.daemon_client import DaemonClient
-from neurontools.sources.tool_session import ToolSession
+from neurontools.exporter.api import ExporterSpec, build_exporter, listen, serve, url
+from neurontools.exporter.app import PROG
+from neurontools.exporter.collector import DEFAULT_INTERVAL
+from neurontools.sources.address import AddressError, resolve_address
 
 __all__ = ["USAGE", "Options", "UsageError", "main", "parse_args"]  # UsageError: what parse_args raises
 
 DEFAULT_BIND = "127.0.0.1"
 DEFAULT_PORT = 8000  # where the official script serves and the dashboards' scrape config expects it
-SESSION_TIMEOUT = 1.0  # registering / unregistering with the daemon never holds shutdown longer
 
 USAGE = f"""\
 Usage:
@@ -115,7 +112,7 @@ def _main(argv: list[str]) -> int:
     if isinstance(opts, int):
         return opts
     try:
-        client = DaemonClient(timeout=min(max(2 * opts.interval, 1.0), 5.0))
+        address = resolve_address()
     except AddressError as exc:
         return print_error(PROG, str(exc))
     try:
@@ -123,11 +120,15 @@ def _main(argv: list[str]) -> int:
     except OSError as exc:
         return print_error(PROG, f"cannot listen on {opts.bind}:{opts.port}: {exc.strerror or exc}")
 
-    session = ToolSession(DaemonClient(client.address, timeout=SESSION_TIMEOUT), " ".join([PROG, *argv]))
-    collector = Collector(client, opts.interval, compat=CompatFeed.load(), session=session)
-    exposition = Exposition(collector, per_process=opts.per_process, kubernetes=opts.enable_k8s_info)
-    app = create_app(collector, exposition, session=session)
-    print(f"{PROG}: serving {url(sock)}/metrics (daemon {client.address})", file=sys.stderr, flush=True)
+    spec = ExporterSpec(
+        address,
+        opts.interval,
+        " ".join([PROG, *argv]),
+        per_process=opts.per_process,
+        kubernetes=opts.enable_k8s_info,
+    )
+    app = build_exporter(spec)
+    print(f"{PROG}: serving {url(sock)}/metrics (daemon {address})", file=sys.stderr, flush=True)
     serve(app, sock)
     return 0
 

@@ -9,8 +9,8 @@ that ``Period``:
   process's counters and the work of processes that exited meanwhile; see ``report.period``), so
   node counters never go backwards, also across a daemon restart. Host CPU seconds are the real
   host's and only ever move forwards (a value below the last one is ignored).
-* **Latency histogram**: every execution in the daemon's latency log (by sequence number; older
-  daemons: per process by end time) is observed once.
+* **Latency histogram**: every execution in the daemon's latency log (by sequence number) is
+  observed once.
 * **The last period** (``CollectedState.measured``): per-core utilization, engine shares, FLOP/s,
   per-process figures; absent until the second collection.
 * **Report**: a neuron-monitor report (default groups, period = the interval) built with

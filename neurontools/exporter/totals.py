@@ -3,14 +3,14 @@
 Counters published to scrapes must never go backwards: a process that exits keeps what it added,
 and a restarted daemon (whose counters start again from zero) only adds. The increases are the
 period's (``report.period``); the latency histogram observes every execution of the daemon's
-latency log once, by sequence number (older daemons: per process, by end time).
+latency log once, by sequence number.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from neurontools.contract.schema import ERROR_SUMMARY_KEYS, EXECUTION_SUMMARY_KEYS, VCPU_FIELDS
 from neurontools.contract.snapshot import Snapshot
@@ -54,7 +54,6 @@ class Accumulator:
 
     def __init__(self) -> None:
         self._t = Totals()
-        self._last_end: dict[int, float] = {}  # pid -> end time of the last latency observed
         self._last_seq = 0  # sequence number of the last execution observed in the latency log
 
     @property
@@ -66,65 +65,63 @@ class Accumulator:
         counter counted from zero). ``period``: the caller's ``measure(prev, cur)`` if it has one."""
         period = period_between(prev, cur, period)
         t = self._t
-        busy, flops, engines = dict(t.busy), dict(t.flops), dict(t.engines)
-        for core, work in period.cores.items():
-            busy[core] = busy.get(core, 0.0) + work.busy
-            flops[core] = flops.get(core, 0) + work.flops
-            for name, value in work.engines.items():
-                engines[core, name] = engines.get((core, name), 0.0) + value
         inc = period.node_counts  # never negative: a daemon restart cannot take node counters back
-        executions = {k: v + inc.executions[k] for k, v in t.executions.items()}
-        errors = {k: v + inc.errors[k] for k, v in t.errors.items()}
-        hits, misses = t.compile_hits + inc.compile_hits, t.compile_misses + inc.compile_misses
-        col_bytes = {k: v + inc.collective_bytes[k] for k, v in t.collective_bytes.items()}
-        col_ops = {k: v + inc.collective_operations[k] for k, v in t.collective_operations.items()}
-        col_seconds = {k: v + inc.collective_seconds[k] for k, v in t.collective_seconds.items()}
-        buckets, lat_sum = list(t.latency_buckets), t.latency_sum
-        if cur.latency_log:  # every execution of every process, each observed once by sequence
-            if cur.latency_log[-1][0] < self._last_seq:  # the daemon restarted: numbering began again
-                self._last_seq = 0
-            for seq, lat in cur.latency_log:
-                if seq > self._last_seq:
-                    buckets[_bucket(lat.total)] += 1
-                    lat_sum += lat.total
-            self._last_seq = max(self._last_seq, cur.latency_log[-1][0])
-        else:  # an older daemon: per-process latencies
-            for proc in cur.runtime_processes:
-                last = self._last_end.get(proc.pid, -math.inf)
-                for lat in proc.latencies:
-                    if lat.end > last:
-                        buckets[_bucket(lat.total)] += 1
-                        lat_sum += lat.total
-                if proc.latencies:
-                    self._last_end[proc.pid] = max(last, max(lat.end for lat in proc.latencies))
-            live = {p.pid for p in cur.runtime_processes}
-            self._last_end = {pid: end for pid, end in self._last_end.items() if pid in live}
-        ecc = dict(t.ecc)
-        for device, events in period.ecc.items():
-            for key, value in events.items():
-                ecc[device, key] = ecc.get((device, key), 0) + value
-
-        host_cpu = dict(t.host_cpu)
-        for mode in VCPU_FIELDS:
-            now_s = sum(getattr(v, mode) for v in cur.host.vcpus)
-            host_cpu[mode] = max(host_cpu.get(mode, 0.0), now_s)
-
+        buckets, lat_sum = self._observe_latencies(cur)
         self._t = Totals(
-            busy=busy,
-            engines=engines,
-            flops=flops,
-            executions=executions,
-            errors=errors,
-            compile_hits=hits,
-            compile_misses=misses,
-            collective_bytes=col_bytes,
-            collective_operations=col_ops,
-            collective_seconds=col_seconds,
-            ecc=ecc,
-            host_cpu=host_cpu,
-            latency_buckets=tuple(buckets),
+            **_core_work(t, period),
+            executions={k: v + inc.executions[k] for k, v in t.executions.items()},
+            errors={k: v + inc.errors[k] for k, v in t.errors.items()},
+            compile_hits=t.compile_hits + inc.compile_hits,
+            compile_misses=t.compile_misses + inc.compile_misses,
+            collective_bytes={k: v + inc.collective_bytes[k] for k, v in t.collective_bytes.items()},
+            collective_operations={k: v + inc.collective_operations[k] for k, v in t.collective_operations.items()},
+            collective_seconds={k: v + inc.collective_seconds[k] for k, v in t.collective_seconds.items()},
+            ecc=_ecc(t, period),
+            host_cpu=_host_cpu(t, cur),
+            latency_buckets=buckets,
             latency_sum=lat_sum,
         )
         return self._t
 
+    def _observe_latencies(self, cur: Snapshot) -> tuple[tuple[int, ...], float]:
+        """The histogram with every execution of the daemon's latency log not observed yet (by sequence)."""
+        t = self._t
+        buckets, lat_sum = list(t.latency_buckets), t.latency_sum
+        if not cur.latency_log:
+            return tuple(buckets), lat_sum
+        if cur.latency_log[-1][0] < self._last_seq:  # the daemon restarted: numbering began again
+            self._last_seq = 0
+        for seq, lat in cur.latency_log:
+            if seq > self._last_seq:
+                buckets[_bucket(lat.total)] += 1
+                lat_sum += lat.total
+        self._last_seq = max(self._last_seq, cur.latency_log[-1][0])
+        return tuple(buckets), lat_sum
 
+
+def _core_work(t: Totals, period: Period) -> dict[str, Any]:
+    """Per-core busy seconds, FLOPs and engine seconds with the period's added."""
+    busy, flops, engines = dict(t.busy), dict(t.flops), dict(t.engines)
+    for core, work in period.cores.items():
+        busy[core] = busy.get(core, 0.0) + work.busy
+        flops[core] = flops.get(core, 0) + work.flops
+        for name, value in work.engines.items():
+            engines[core, name] = engines.get((core, name), 0.0) + value
+    return {"busy": busy, "flops": flops, "engines": engines}
+
+
+def _ecc(t: Totals, period: Period) -> dict[tuple[int, str], int]:
+    ecc = dict(t.ecc)
+    for device, events in period.ecc.items():
+        for key, value in events.items():
+            ecc[device, key] = ecc.get((device, key), 0) + value
+    return ecc
+
+
+def _host_cpu(t: Totals, cur: Snapshot) -> dict[str, float]:
+    """The real host's CPU seconds per mode; a value below the last one is ignored."""
+    host_cpu = dict(t.host_cpu)
+    for mode in VCPU_FIELDS:
+        now_s = sum(getattr(v, mode) for v in cur.host.vcpus)
+        host_cpu[mode] = max(host_cpu.get(mode, 0.0), now_s)
+    return host_cpu

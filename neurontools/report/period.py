@@ -226,25 +226,20 @@ class Period:
     def exited(self) -> tuple[ProcessSnapshot, ...]:
         """Runtime processes of the baseline that are gone now. Their final counters are in the
         daemon's ``retired`` totals; what they had at the baseline is taken off again."""
-        if self.base is None or self.cur.retired is None:
+        if self.base is None:
             return ()
         live = {p.pid for p in self.cur.runtime_processes}
         return tuple(p for p in self.base.runtime_processes if p.pid not in live)
 
     @cached_property
-    def _retired(self) -> ProcessPeriod | None:
+    def _retired(self) -> ProcessPeriod:
         """The daemon's totals of exited processes over the period (pid 0)."""
-        if self.cur.retired is None:
-            return None
         before = self.base.retired if self.base is not None else None
         return ProcessPeriod(self.cur.retired, before, self.seconds)
 
     def _contributors(self) -> list[ProcessPeriod]:
         """Whose counter increases make up the node's: the live processes and the retired totals."""
-        out = list(self.processes.values())
-        if self._retired is not None:
-            out.append(self._retired)
-        return out
+        return [*self.processes.values(), self._retired]
 
     # -- the device ------------------------------------------------------------------------------
 

@@ -16,6 +16,51 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 from tests.support import Daemon, Holder, start_daemon
 
 IN_CI = os.environ.get("CI") == "true"
+# The per-process (per xdist worker) runtime directory and compile cache: see pytest_configure.
+_saved_env: dict[str, str | None] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every pytest process (each xdist worker, or the one process) gets a private directory
+    before any test runs, and every process a test starts inherits it (tests.support.tool_env):
+
+    - ``XDG_RUNTIME_DIR``: default daemon sockets, TCP tokens and cluster state files;
+    - ``NEURON_COMPILE_CACHE_URL``: the persistent compile cache (a test needing a cold or warm
+      cache passes its own);
+    - ``TMPDIR``: for the processes tests start (job work directories, and the base of
+      ``/tmp/neuron-emulator-<uid>`` when a test unsets ``XDG_RUNTIME_DIR``). This process's own
+      temporary files (pytest's ``tmp_path``) stay in /tmp: ``gettempdir`` is fixed first.
+
+    So no test writes to /var/tmp/neuron-compile-cache or the user's real runtime directory, and
+    none sees what another worker (or an earlier session) left there. The path is short: Unix
+    socket paths are limited to 107 bytes.
+    """
+    import tempfile
+
+    tempfile.gettempdir()  # fixed before TMPDIR changes
+    root = Path(tempfile.mkdtemp(prefix="nt-run-", dir="/tmp"))  # 0700
+    values = {"XDG_RUNTIME_DIR": root, "NEURON_COMPILE_CACHE_URL": root / "compile-cache", "TMPDIR": root / "tmp"}
+    values["TMPDIR"].mkdir()
+    for name, value in values.items():
+        _saved_env[name] = os.environ.get(name)
+        os.environ[name] = str(value)
+    config.stash[_ROOT] = root
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    for name, value in _saved_env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    root = config.stash.get(_ROOT, None)
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+_ROOT = pytest.StashKey[Path]()
 
 
 @pytest.fixture

@@ -88,7 +88,7 @@ def no_ranks_left() -> bool:
 
 
 def test_a_job_spans_the_nodes_each_rank_on_its_own_nodes_daemon(cluster2: Cluster, cache: Path) -> None:
-    proc = run_job(cluster2, cache, "--nodes", "2", "--steps", "30")
+    proc = run_job(cluster2, cache, "--nodes", "2", "--steps", "1000000")  # stopped by the test
     try:
         # every rank attaches to its own node: two processes on each daemon, each holding a core
         def attached() -> bool:
@@ -183,7 +183,7 @@ def test_a_lost_node_fails_the_job_on_every_node(cluster2: Cluster, cache: Path)
 
 
 def test_ranks_per_process_drive_a_nodes_ranks_from_one_process(cluster2: Cluster, cache: Path) -> None:
-    proc = run_job(cluster2, cache, "--nodes", "2", "--steps", "30", "--ranks-per-process", "2")
+    proc = run_job(cluster2, cache, "--nodes", "2", "--steps", "1000000", "--ranks-per-process", "2")
     try:
         assert wait_until(lambda: all(len(node_processes(cluster2, n)) == 1 for n in (0, 1)), timeout=60)
         for node in (0, 1):

@@ -32,13 +32,18 @@ SPEC_INSTANCE_IDS = {"trn1.2xlarge": "i-0bea223b1afb7e159", "trn1.32xlarge": "i-
 
 # a Kubernetes pod's identity (docs/kubernetes.md): a test run inside a pod must not lend it to every process
 POD_ENV = ("POD_NAME", "POD_NAMESPACE", "CONTAINER_NAME")
+# the one NEURON_ variable a started process keeps: the session's private compile cache (conftest.py)
+KEPT_NEURON_ENV = ("NEURON_COMPILE_CACHE_URL",)
 
 
 def tool_env(address: str | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a process a test starts: this one's, without the caller's Neuron and
+    rank settings, but with the session's runtime directory and compile cache (conftest.py)."""
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("NEURON_", "LOCAL_RANK", "RANK", "WORLD_SIZE")) and k not in POD_ENV
+        if (k in KEPT_NEURON_ENV or not k.startswith(("NEURON_", "LOCAL_RANK", "RANK", "WORLD_SIZE")))
+        and k not in POD_ENV
     }
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONUNBUFFERED"] = "1"

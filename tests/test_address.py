@@ -17,11 +17,17 @@ def test_default_socket(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
     assert token_path(7060) == str(tmp_path / "neuron-emulator-7060.token")
     # without it: a per-user directory, never a socket directly in /tmp (docs/security.md)
     monkeypatch.delenv("XDG_RUNTIME_DIR")
+    monkeypatch.delenv("TMPDIR", raising=False)
     assert resolve_address().socket_path == f"/tmp/neuron-emulator-{os.getuid()}/daemon.sock"
     assert token_path(7060) == f"/tmp/neuron-emulator-{os.getuid()}/neuron-emulator-7060.token"
     for unusable in (str(tmp_path / "missing"), "relative/dir"):
         monkeypatch.setenv("XDG_RUNTIME_DIR", unusable)
         assert resolve_address().socket_path == f"/tmp/neuron-emulator-{os.getuid()}/daemon.sock"
+    # that directory under $TMPDIR when it is an absolute path
+    monkeypatch.setenv("TMPDIR", str(tmp_path) + "/")
+    assert resolve_address().socket_path == f"{tmp_path}/neuron-emulator-{os.getuid()}/daemon.sock"
+    monkeypatch.setenv("TMPDIR", "relative")
+    assert resolve_address().socket_path == f"/tmp/neuron-emulator-{os.getuid()}/daemon.sock"
 
 
 def test_env_and_explicit(monkeypatch: pytest.MonkeyPatch) -> None:

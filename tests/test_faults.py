@@ -178,7 +178,7 @@ def test_only_the_daemons_owner_may_inject_or_clear_faults(group_dir: Path) -> N
 
 def test_a_parallel_jobs_rank_slows_and_dies_of_an_uncorrectable_ecc_error(daemon, short_tmp: Path) -> None:
     env = tool_env(daemon.address, {"NEURON_COMPILE_CACHE_URL": str(short_tmp / "cache")})
-    argv = [str(BIN / "neuron-emulator"), "run", "vit-base", "--micro-batch", "2", "--steps", "1000"]
+    argv = [str(BIN / "neuron-emulator"), "run", "vit-base", "--micro-batch", "2", "--steps", "1000000"]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         client = daemon.client

@@ -55,7 +55,7 @@ def test_a_stop_signal_stops_a_single_process_run(daemon: Daemon, short_tmp: Pat
 
 def test_a_hang_up_stops_a_model_scale_job(daemon: Daemon, short_tmp: Path, runs) -> None:  # type: ignore[no-untyped-def]
     # SIGTERM, SIGINT and SIGKILL of a parallel job's launcher: tests/test_parallel_e2e.py
-    run = start_run(runs, daemon, short_tmp, "vit-base", "--micro-batch", "2", "--steps", "1000")
+    run = start_run(runs, daemon, short_tmp, "vit-base", "--micro-batch", "2", "--steps", "1000000")
     assert wait_until(lambda: len(daemon.processes()) == 2, timeout=120, interval=0.2), run.stderr()
     run.descendants()
     run.proc.send_signal(signal.SIGHUP)

@@ -95,7 +95,7 @@ def _replay_ranks(address: str) -> list[psutil.Process]:
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
 def test_ranks_die_with_their_launcher(daemon, short_tmp: Path, sig: signal.Signals) -> None:
     env = tool_env(daemon.address, {"NEURON_COMPILE_CACHE_URL": str(short_tmp / "cache")})
-    argv = [str(BIN / "neuron-emulator"), "run", "vit-base", "--micro-batch", "2", "--steps", "1000"]
+    argv = [str(BIN / "neuron-emulator"), "run", "vit-base", "--micro-batch", "2", "--steps", "1000000"]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         assert wait_until(lambda: len(daemon.processes()) == 2, timeout=120), proc.stderr

@@ -109,7 +109,9 @@ def ls_processes(daemon) -> list[dict]:
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (CI installs it)")
 def test_torchrun_mlp_trains_on_two_cores_and_the_tools_show_it(daemon, short_tmp: Path) -> None:
     out = short_tmp / "out.txt"
-    proc = exec_start(daemon, torchrun("mlp_torchrun.py", "--epochs", "2", "--linger", "12"), out)
+    # it trains until the test has seen it (the cue file): never a race with the job's end
+    cue = short_tmp / "seen"
+    proc = exec_start(daemon, torchrun("mlp_torchrun.py", "--epochs", "2", "--train_until", str(cue)), out)
     try:
         assert wait_until(lambda: len(ls_processes(daemon)) == 2 or proc.poll() is not None, 120, 0.5), out.read_text()
         held = ls_processes(daemon)
@@ -126,6 +128,7 @@ def test_torchrun_mlp_trains_on_two_cores_and_the_tools_show_it(daemon, short_tm
         assert monitor_report(daemon, both_cores_busy) is not None, out.read_text()[-3000:]
         screen = neuron_top_screen(daemon, short_tmp, lambda s: all(f":{pid}" in s for pid in pids))
         assert all(f":{pid}" in screen for pid in pids), screen  # a tab per process (its tag: the PID)
+        cue.touch()
         assert proc.wait(timeout=180) == 0, out.read_text()[-3000:]
     finally:
         if proc.poll() is None:
@@ -169,7 +172,8 @@ def _tp_result(text: str) -> dict:
 def test_nxd_tensor_parallel_holds_its_shard_in_each_cores_memory(daemon, short_tmp: Path) -> None:
     out = short_tmp / "tp.txt"
     ckpt = short_tmp / "ckpt"
-    argv = torchrun("nxd_tp_mlp.py", "--tensor_parallel_size", "2", "--linger", "8", "--output_dir", str(ckpt))
+    cue = short_tmp / "seen"  # it stays attached after training until the test has seen it
+    argv = torchrun("nxd_tp_mlp.py", "--tensor_parallel_size", "2", "--stay_until", str(cue), "--output_dir", str(ckpt))
     proc = exec_start(daemon, argv, out)
     try:
         assert wait_until(lambda: '"tp_size"' in out.read_text() or proc.poll() is not None, 180, 0.5), out.read_text()
@@ -190,6 +194,7 @@ def test_nxd_tensor_parallel_holds_its_shard_in_each_cores_memory(daemon, short_
         assert report is not None
         # each core holds exactly its process's parameters: the shard, not the whole model
         assert constants_by_core(report) == {"0": result["param_bytes"], "1": result["param_bytes"]}
+        cue.touch()
         assert proc.wait(timeout=60) == 0, out.read_text()[-3000:]
     finally:
         if proc.poll() is None:

@@ -159,10 +159,15 @@ def test_socket_is_0600_in_a_directory_only_its_owner_can_write(daemon: Daemon) 
     assert mode(daemon.address + ".lock") == 0o600
 
 
-def test_default_socket_without_xdg_is_in_a_private_per_user_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_socket_without_xdg_is_in_a_private_per_user_directory(
+    monkeypatch: pytest.MonkeyPatch, short_tmp: Path
+) -> None:
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.delenv("NEURON_EMULATOR_ADDR", raising=False)
-    path = f"/tmp/neuron-emulator-{os.getuid()}/daemon.sock"
+    monkeypatch.delenv("TMPDIR", raising=False)
+    assert resolve_address().socket_path == f"/tmp/neuron-emulator-{os.getuid()}/daemon.sock"
+    monkeypatch.setenv("TMPDIR", str(short_tmp))  # the same directory, but the test's own (not /tmp)
+    path = f"{short_tmp}/neuron-emulator-{os.getuid()}/daemon.sock"
     assert resolve_address().socket_path == path
     before = run_tool(["neuron-emulator", "status"], None)
     assert before.returncode == 1, f"a daemon already runs at the default address {path}: stop it first"

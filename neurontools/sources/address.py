@@ -2,8 +2,9 @@
 
 The address is either a Unix socket path or ``http://HOST:PORT`` (``http://127.0.0.1:PORT`` on one
 host). Without the variable the default socket is ``$XDG_RUNTIME_DIR/neuron-emulator.sock``, else
-``/tmp/neuron-emulator-<uid>/daemon.sock`` (a directory only its owner can write). A daemon on TCP
-writes its bearer token to ``<runtime dir>/neuron-emulator-<port>.token`` (docs/security.md).
+``/tmp/neuron-emulator-<uid>/daemon.sock`` (a directory only its owner can write; under ``$TMPDIR``
+when that is set). A daemon on TCP writes its bearer token to
+``<runtime dir>/neuron-emulator-<port>.token`` (docs/security.md).
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ class DaemonAddress:
 
 
 def private_runtime_dir() -> str:
-    """``/tmp/neuron-emulator-<uid>``: the per-user directory used without ``$XDG_RUNTIME_DIR``."""
-    return f"/tmp/neuron-emulator-{os.getuid()}"
+    """``/tmp/neuron-emulator-<uid>``: the per-user directory used without ``$XDG_RUNTIME_DIR``
+    (under ``$TMPDIR`` instead of /tmp when that is an absolute path)."""
+    base = os.environ.get("TMPDIR", "")
+    return os.path.abspath(os.path.join(base if os.path.isabs(base) else "/tmp", f"neuron-emulator-{os.getuid()}"))
 
 
 def runtime_dir() -> str:

@@ -4,6 +4,7 @@ torchrun --nproc_per_node=2 mlp_torchrun.py --epochs 2
 """
 
 import argparse
+import os
 import time
 
 import torch
@@ -19,7 +20,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--batch_size", type=int, default=32)
 parser.add_argument("--lr", type=float, default=0.05)
-parser.add_argument("--linger", type=float, default=0.0, help="seconds to stay attached after training")
+parser.add_argument("--train_until", default="", help="train more epochs until this file exists (a test's cue)")
 args = parser.parse_args()
 
 dist.init_process_group("xla")
@@ -46,8 +47,16 @@ def log(step, loss, epoch):
     xm.master_print(f"epoch {epoch} step {step} loss {loss.item():.4f}")
 
 
+def more_epochs(epoch):
+    """--epochs first; then, with --train_until, more until every rank sees the file."""
+    if epoch < args.epochs or not args.train_until:
+        return epoch < args.epochs
+    return not xm.mesh_reduce(f"until{epoch}", os.path.exists(args.train_until), all)
+
+
 start = time.time()
-for epoch in range(args.epochs):
+epoch = 0
+while more_epochs(epoch):
     sampler.set_epoch(epoch)
     model.train()
     for step, (data, target) in enumerate(train_device_loader):
@@ -57,6 +66,7 @@ for epoch in range(args.epochs):
         xm.optimizer_step(optimizer)
         if step % 10 == 0:
             xm.add_step_closure(log, args=(step, loss, epoch))
+    epoch += 1
 
 correct = torch.tensor(0, device=device)
 with torch.no_grad():
@@ -64,5 +74,4 @@ with torch.no_grad():
         correct += (model(data).argmax(dim=1) == target).sum()
 accuracy = xm.mesh_reduce("accuracy", correct.item() / len(dataset), lambda values: sum(values) / len(values))
 xm.master_print(f"accuracy {accuracy:.4f} world {xr.world_size()} in {time.time() - start:.1f} s")
-time.sleep(args.linger)
 xm.rendezvous("done")

@@ -7,6 +7,7 @@ parallel_cross_entropy, TP over every rank of the job.
 
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -23,7 +24,7 @@ parser.add_argument("--vocab", type=int, default=1024)
 parser.add_argument("--hidden", type=int, default=256)
 parser.add_argument("--bias", type=int, default=1)
 parser.add_argument("--output_dir", default="", help="save a sharded checkpoint here, then load it back")
-parser.add_argument("--linger", type=float, default=0.0, help="seconds to stay attached after training")
+parser.add_argument("--stay_until", default="", help="stay attached after training until this file exists")
 args = parser.parse_args()
 
 
@@ -84,5 +85,6 @@ xm.master_print(
         }
     )
 )
-time.sleep(args.linger)
+while args.stay_until and not os.path.exists(args.stay_until):
+    time.sleep(0.1)
 xm.rendezvous("done")

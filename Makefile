@@ -40,6 +40,7 @@ lint: setup
 	$(BIN)/ruff check neurontools emulator tests scripts examples $(wildcard benchmarks)
 	$(BIN)/mypy  # files and settings: [tool.mypy] in pyproject.toml
 	$(BIN)/lint-imports  # the import rules: [tool.importlinter] in pyproject.toml
+	$(BIN)/python scripts/check_sizes.py  # modules <= 500 lines, functions <= 60
 
 test: setup lint
 	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile

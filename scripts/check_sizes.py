@@ -32,7 +32,8 @@ def problems(root: Path) -> list[str]:
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                     length = (node.end_lineno or node.lineno) - node.lineno + 1
                     if length > MAX_FUNCTION_LINES:
-                        found.append(f"{name}:{node.lineno}: {node.name} is {length} lines (at most {MAX_FUNCTION_LINES})")
+                        limit = MAX_FUNCTION_LINES
+                        found.append(f"{name}:{node.lineno}: {node.name} is {length} lines (at most {limit})")
     return found
 
 

@@ -121,7 +121,7 @@ MAX_JOBS = 64  # jobs a node keeps counters for; the oldest is dropped beyond
 class Telemetry:
     def __init__(self, inventory: Inventory) -> None:
         self._inventory = inventory
-        self._per_device = inventory.hardware.neuroncore_per_device_count
+        self._layout = inventory.hardware.layout
         self._lock = threading.Lock()
         self._procs: dict[int, ProcessTelemetry] = {}
         # counters of processes that have exited, so node totals never lose their work
@@ -411,8 +411,8 @@ class Telemetry:
                         neuron_device=code,
                         usage_breakdown=SubgraphBreakdown(host=NO_HOST_MEMORY, neuron_device=device),
                     ),
-                    neuroncore_index=core % self._per_device,
-                    neuron_device_index=core // self._per_device,
+                    neuroncore_index=self._layout.local_core(core),
+                    neuron_device_index=self._layout.device_of(core),
                 )
             },
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from typing import Any
+from urllib.parse import quote
 
 from neurontools.contract.json_values import describe, is_object
 from neurontools.contract.reader import DaemonReader
@@ -90,6 +91,9 @@ def fetch_snapshot(
     ``parser`` (one per daemon) reuses what did not change since its previous snapshot.
     Raises ``DaemonUnavailable`` / ``DaemonError`` from the client and ``SnapshotError`` for a malformed answer.
     """
-    path = SNAPSHOT_PATH if latencies_since is None else f"{SNAPSHOT_PATH}?latencies_since={latencies_since!r}"
+    # quoted: repr() of a large float has an exponent ("1e+16"), whose "+" a query reads as a space
+    path = SNAPSHOT_PATH
+    if latencies_since is not None:
+        path += f"?latencies_since={quote(repr(latencies_since))}"
     data = client.get(path)
     return parser.parse(data) if parser is not None else snapshot_from_dict(data)

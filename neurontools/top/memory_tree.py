@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from neurontools.contract.inventory import CoreLayout
 from neurontools.contract.names import DEVICE_CATEGORIES
 from neurontools.top.formats import core_label, device_label
 from neurontools.top.model import ModelMemory, Sample
@@ -113,8 +114,8 @@ def build_tree(sample: Sample, pid: int | None, cache: TreeCache | None = None) 
     """One node per Neuron device of the instance, for the selected tab. With ``cache``, the
     subtrees of cores whose inputs did not change are the previous ones, and so is the whole tree
     (the same tuple) when nothing changed."""
-    per, count = sample.cores_per_device or 0, (sample.device_count or 0) * (sample.cores_per_device or 0)
-    usage = cores_memory(sample, pid, count)
+    layout = sample.layout or CoreLayout(0, 0)
+    usage = cores_memory(sample, pid, layout.core_count)
     apps = selected(sample, pid)
     models: dict[int, list[tuple[int | None, ModelMemory]]] = {}
     for app in apps:
@@ -124,11 +125,11 @@ def build_tree(sample: Sample, pid: int | None, cache: TreeCache | None = None) 
     made: dict[str, tuple[CoreInputs, TreeNode]] = {}
     rebuilt = False
     devices = []
-    for device in range(sample.device_count or 0):
+    for device in range(layout.device_count):
         key = f"nd{device}"
         cores = []
-        for local in range(per):
-            core_key, core = f"{key}/nc{local}", device * per + local
+        for local in range(layout.cores_per_device):
+            core_key, core = f"{key}/nc{local}", layout.core_id(device, local)
             inputs: CoreInputs = (usage[core], tuple(models.get(core, ())))
             previous = known.get(core_key)
             if previous is not None and previous[0] == inputs:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from neurontools.contract.inventory import CoreLayout
 from neurontools.contract.names import ENGINES
 from neurontools.contract.schema import CORE_MEMORY_KEYS, HOST_MEMORY_KEYS
 
@@ -94,11 +95,16 @@ class Sample:
     live: bool = True  # False while the source is unreachable: no current value is known
     sequence: int = 0  # increases with every sample that carries new data
 
-    @property
-    def core_count(self) -> int | None:
+    @cached_property
+    def layout(self) -> CoreLayout | None:
+        """The core/device arithmetic of the instance (None until the source tells it)."""
         if self.device_count is None or self.cores_per_device is None:
             return None
-        return self.device_count * self.cores_per_device
+        return CoreLayout(self.device_count, self.cores_per_device)
+
+    @property
+    def core_count(self) -> int | None:
+        return None if self.layout is None else self.layout.core_count
 
     def app(self, pid: int) -> AppSample | None:
         return self._apps_by_pid.get(pid)

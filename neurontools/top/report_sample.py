@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
+from neurontools.contract.inventory import CoreLayout
 from neurontools.contract.json_values import index_or_none, integer_or_none, number_or_none, object_or_none
 from neurontools.contract.percent import share
 from neurontools.contract.schema import (
@@ -98,13 +99,13 @@ def _core_stats(group: Mapping[str, Any] | None) -> dict[int, CoreStat] | None:
     return dict(sorted(stats.items()))
 
 
-def _models(group: Mapping[str, Any], cores_per_device: int | None) -> tuple[ModelMemory, ...]:
+def _models(group: Mapping[str, Any], layout: CoreLayout | None) -> tuple[ModelMemory, ...]:
     models: list[ModelMemory] = []
     raw = group.get("loaded_models")
     for entry in raw if isinstance(raw, list) else []:
         name, model_id = _path(entry, "name"), _int(_path(entry, "model_id"))
         subgraphs = _obj(_path(entry, "subgraphs"))
-        if not isinstance(name, str) or model_id is None or subgraphs is None or not cores_per_device:
+        if not isinstance(name, str) or model_id is None or subgraphs is None or layout is None:
             continue
         per_core: dict[int, tuple[dict[str, int], dict[str, int]]] = {}
         for sub in subgraphs.values():
@@ -114,7 +115,7 @@ def _models(group: Mapping[str, Any], cores_per_device: int | None) -> tuple[Mod
             host = _ints(_path(breakdown, "host"), HOST_MEMORY_KEYS)
             if device_idx is None or local is None or dev is None or host is None:
                 continue
-            core = device_idx * cores_per_device + local
+            core = layout.core_id(device_idx, local)
             dev_sum, host_sum = per_core.setdefault(core, (dict.fromkeys(dev, 0), dict.fromkeys(host, 0)))
             for k, v in dev.items():
                 dev_sum[k] += v
@@ -125,7 +126,7 @@ def _models(group: Mapping[str, Any], cores_per_device: int | None) -> tuple[Mod
     return tuple(models)
 
 
-def _memory(group: Mapping[str, Any] | None, cores_per_device: int | None) -> dict[str, Any]:
+def _memory(group: Mapping[str, Any] | None, layout: CoreLayout | None) -> dict[str, Any]:
     """The ``AppSample`` fields of a ``memory_used`` group."""
     app: dict[str, Any] = {}
     used = _obj(group.get("neuron_runtime_used_bytes")) if group is not None else None
@@ -142,7 +143,7 @@ def _memory(group: Mapping[str, Any] | None, cores_per_device: int | None) -> di
             if core is not None and usage is not None:
                 cores[core] = usage
         app["core_memory"] = dict(sorted(cores.items()))
-    app["models"] = _models(group, cores_per_device)
+    app["models"] = _models(group, layout)
     return app
 
 
@@ -162,7 +163,7 @@ def _cpu_pair(usage: Any) -> tuple[float, float] | None:
     return (user, system) if user is not None and system is not None else None
 
 
-def app_from_entry(entry: Any, cores_per_device: int | None) -> AppSample | None:
+def app_from_entry(entry: Any, layout: CoreLayout | None) -> AppSample | None:
     """One ``neuron_runtime_data`` entry; None when it has no usable pid."""
     pid = _int(_path(entry, "pid"))
     if pid is None:
@@ -179,7 +180,7 @@ def app_from_entry(entry: Any, cores_per_device: int | None) -> AppSample | None
         "vcpu": _cpu_pair(vcpu.get("vcpu_usage")) if vcpu is not None else None,
         "steps_per_second": _steps_per_second(_group(groups, EXECUTION_STATS)),
     }
-    app.update(_memory(memory, cores_per_device))
+    app.update(_memory(memory, layout))
     if app["core_stats"] is not None or app.get("core_memory") is not None:
         app["cores"] = tuple(sorted(set(app["core_stats"] or ()) | set(app.get("core_memory") or ())))
     return AppSample(**app)
@@ -202,7 +203,8 @@ def sample_from_report(report: Mapping[str, Any], tools_version: str) -> Sample:
     vcpu = _group(_obj(report.get("system_data")), VCPU_USAGE)
     runtimes = report.get("neuron_runtime_data")
     entries = runtimes if isinstance(runtimes, list) else []
-    apps = [app_from_entry(e, cores_per_device) for e in entries]
+    layout = CoreLayout(device_count, cores_per_device) if device_count is not None and cores_per_device else None
+    apps = [app_from_entry(e, layout) for e in entries]
     return Sample(
         tools_version=tools_version,
         instance_id=text(instance, "instance_id"),

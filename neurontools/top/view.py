@@ -166,11 +166,13 @@ def core_memory(sample: Sample, pid: int | None, core: int) -> dict[str, int] | 
 
 def hbm_used(sample: Sample, pid: int | None) -> list[int | None]:
     """Device memory used on each Neuron device by the selected applications."""
-    devices, per = sample.device_count or 0, sample.cores_per_device or 0
-    usage = cores_memory(sample, pid, devices * per)
+    layout = sample.layout
+    if layout is None:
+        return []
+    usage = cores_memory(sample, pid, layout.core_count)
     used: list[int | None] = []
-    for device in range(devices):
-        cores = usage[device * per : (device + 1) * per]
+    for device in range(layout.device_count):
+        cores = [usage[c] for c in layout.cores_of(device)]
         known = [c for c in cores if c is not None]
         used.append(None if len(known) != len(cores) else sum(sum(c.values()) for c in known))
     return used

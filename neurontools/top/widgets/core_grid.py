@@ -80,6 +80,8 @@ class CoreGrid(TextPanel):
         if sample is None or not sample.core_count or not sample.cores_per_device or not sample.device_count:
             return [Text(f"{NA}: no NeuronCore information from the source yet", NA_STYLE)]
         per, devices = sample.cores_per_device, sample.device_count
+        sample_layout = sample.layout
+        assert sample_layout is not None  # both counts are known here
         label_w = 11 if state.flops else 8
         cell_fixed = 1 + label_w + 1
         rows = available_rows(self.screen_height) - 1
@@ -99,7 +101,7 @@ class CoreGrid(TextPanel):
         for device in range(devices):
             line = LineBuilder(f"ND{device}".ljust(LABEL))
             for local in range(per):
-                core = device * per + local
+                core = sample_layout.core_id(device, local)
                 history = sample.history.get((state.pid, core), ()) if state.history else ()
                 self._cell(line, values[core], history, bar_width, label_w)
             if with_hbm:

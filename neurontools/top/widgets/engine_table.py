@@ -26,16 +26,17 @@ def engine_title(sample_version: str) -> str:
 class EngineTable(TextPanel):
     def lines(self, width: int) -> list[Text]:
         sample, state = self.sample, self.state
-        if sample is None or not sample.core_count or not sample.cores_per_device:
+        cores = sample.layout if sample is not None else None
+        if sample is None or cores is None or not cores.core_count:
             return [Text(f"{NA}: no NeuronCore information from the source yet", NA_STYLE)]
-        count, per = sample.core_count, sample.cores_per_device
+        count = cores.core_count
         apps = selected(sample, state.pid)
         owned: set[int] | None = None
         if state.pid is not None:
             owned = {c for app in apps for c in (app.cores or ())}
         cells = []
         for core in range(count):
-            line = Text(f"ND{core // per} NC{core % per}".ljust(ROW_LABEL))
+            line = Text(f"ND{cores.device_of(core)} NC{cores.local_core(core)}".ljust(ROW_LABEL))
             for engine in ENGINE_NAMES:
                 value: float | None
                 if sample.engines is None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
+from neurontools.contract.inventory import CoreLayout
 from neurontools.contract.schema import CORE_MEMORY_KEYS, HOST_MEMORY_KEYS, SUBGRAPH_DEVICE_MEMORY_KEYS
 from neurontools.contract.snapshot_models import LoadedModel, ProcessMemory, ProcessSnapshot
 from neurontools.report.period import Period, ProcessPeriod
@@ -53,13 +54,13 @@ class EngineShares(Mapping[int, Mapping[str, float]]):
         return len(self._computed())
 
 
-def _models(models: tuple[LoadedModel, ...], per_device: int) -> tuple[ModelMemory, ...]:
+def _models(models: tuple[LoadedModel, ...], layout: CoreLayout) -> tuple[ModelMemory, ...]:
     """Each loaded model's load-time memory per core it has subgraphs on (summed there), in core order."""
     out: list[ModelMemory] = []
     for model in models:
         per_core: dict[int, tuple[dict[str, int], dict[str, int]]] = {}
         for sub in model.subgraphs.values():
-            core = sub.neuron_device_index * per_device + sub.neuroncore_index
+            core = layout.core_id(sub.neuron_device_index, sub.neuroncore_index)
             device, host = per_core.setdefault(
                 core, (dict.fromkeys(SUBGRAPH_DEVICE_MEMORY_KEYS, 0), dict.fromkeys(HOST_MEMORY_KEYS, 0))
             )
@@ -84,7 +85,7 @@ class MemoryFields(NamedTuple):
     models: tuple[ModelMemory, ...]
 
 
-def memory_fields(memory: ProcessMemory, models: tuple[LoadedModel, ...], per_device: int) -> MemoryFields:
+def memory_fields(memory: ProcessMemory, models: tuple[LoadedModel, ...], layout: CoreLayout) -> MemoryFields:
     return MemoryFields(
         host_memory={key: getattr(memory.host, key) for key in HOST_MEMORY_KEYS},
         host_total=memory.host.total,
@@ -92,7 +93,7 @@ def memory_fields(memory: ProcessMemory, models: tuple[LoadedModel, ...], per_de
         core_memory={
             core: {key: getattr(usage, key) for key in CORE_MEMORY_KEYS} for core, usage in sorted(memory.cores.items())
         },
-        models=_models(models, per_device) if per_device else (),
+        models=_models(models, layout) if layout.cores_per_device else (),
     )
 
 
@@ -138,11 +139,11 @@ class PeriodReader:
         self.tools_version = tools_version
         self._memory: dict[int, tuple[ProcessMemory, tuple[LoadedModel, ...], MemoryFields]] = {}
 
-    def _memory_of(self, proc: ProcessSnapshot, per_device: int) -> MemoryFields:
+    def _memory_of(self, proc: ProcessSnapshot, layout: CoreLayout) -> MemoryFields:
         known = self._memory.get(proc.pid)
         if known is not None and known[0] is proc.memory and known[1] is proc.loaded_models:
             return known[2]
-        fields = memory_fields(proc.memory, proc.loaded_models, per_device)
+        fields = memory_fields(proc.memory, proc.loaded_models, layout)
         self._memory[proc.pid] = (proc.memory, proc.loaded_models, fields)
         return fields
 
@@ -164,7 +165,7 @@ class PeriodReader:
             device_memory_size=hardware.neuron_device_memory_size or None,
             system_vcpu=(vcpu["user"], vcpu["system"]) if vcpu is not None else None,
             apps=tuple(
-                app_sample(process, self._memory_of(process.proc, per_device), measured)
+                app_sample(process, self._memory_of(process.proc, hardware.layout), measured)
                 for process in processes.values()
             ),
             engines=EngineShares(period) if measured else None,

@@ -7,16 +7,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from typing import Any
 
-from emulator.cli.args import ArgumentError
+from emulator.cli.args import ArgumentError, Handler
 from emulator.cli.layout import add_parallel_arguments, request_from_args
 from emulator.parallel.plan import ConfigError
 from emulator.runtime.errors import NeuronRuntimeError
 from emulator.workloads.errors import report_error
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 def add(sub: Any) -> dict[str, Handler]:

@@ -8,10 +8,27 @@ and the same code runs on real CPU tensors and on ``meta`` tensors of a model-sc
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """A GPT's or a BERT's dimensions."""
+
+    vocab_size: int
+    n_layers: int
+    d_model: int
+    n_heads: int
+    max_seq_len: int
+    d_ff: int = 0  # 0 = 4 x d_model
+
+    @property
+    def ff_width(self) -> int:
+        return self.d_ff or 4 * self.d_model
 
 
 class SelfAttention(nn.Module):

@@ -75,15 +75,8 @@ def shared_identity(
         ami_id=ami_id,
         subnet_id=subnet_id,
     )
-    return Shared(
-        instance_type=instance_type,
-        region=base.instance_region,
-        availability_zone=base.instance_availability_zone,
-        availability_zone_id=base.instance_availability_zone_id,
-        ami_id=base.ami_id,
-        subnet_id=base.subnet_id,
-        placement_group=placement_group,
-    )
+    zone, zone_id = base.instance_availability_zone, base.instance_availability_zone_id
+    return Shared(instance_type, base.instance_region, zone, zone_id, base.ami_id, base.subnet_id, placement_group)
 
 
 def plan_nodes(shared: Shared, count: int, layout: Layout) -> list[NodeSpec]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import groupby
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -39,12 +40,8 @@ def number_ranges(noun: str, values: Sequence[int]) -> str:
     (steps of a run, ranks of a job)."""
     if not values:
         return f"no {noun}s"
-    runs: list[list[int]] = []
-    for v in sorted(values):
-        if runs and v == runs[-1][-1] + 1:
-            runs[-1].append(v)
-        else:
-            runs.append([v])
+    # consecutive numbers keep the same difference to their position in the sorted list
+    runs = [[v for _, v in run] for _, run in groupby(enumerate(sorted(values)), lambda iv: iv[1] - iv[0])]
     text = ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
     return f"{noun} {text}" if len(values) == 1 else f"{noun}s {text}"
 

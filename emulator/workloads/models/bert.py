@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from emulator.workloads.models.layers import FeedForward, SelfAttention, TransformerConfig, init_weights, positions
+from emulator.workloads.models import layers
+from emulator.workloads.models.layers import FeedForward, SelfAttention, TransformerConfig, init_weights
 
 IGNORE_INDEX = -100  # label of positions that are not predicted
 TYPE_VOCAB_SIZE = 2  # token types (segments A and B)
@@ -47,8 +48,7 @@ class BertMLM(nn.Module):
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.words = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.positions = nn.Embedding(cfg.max_seq_len, cfg.d_model)
+        self.words, self.positions = layers.learned_embeddings(cfg)
         self.segments = nn.Embedding(TYPE_VOCAB_SIZE, cfg.d_model)
         self.ln_embed = nn.LayerNorm(cfg.d_model, eps=1e-12)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
@@ -57,7 +57,7 @@ class BertMLM(nn.Module):
 
     def forward(self, ids: torch.Tensor, segment_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Token ids ``(B, T)`` -> vocabulary scores ``(B, T, vocab)`` at every position."""
-        pos = positions(ids, self.cfg.max_seq_len)
+        pos = layers.positions(ids, self.cfg.max_seq_len)
         if segment_ids is None:
             segment_ids = torch.zeros_like(ids)
         x = self.ln_embed(self.words(ids) + self.positions(pos) + self.segments(segment_ids))

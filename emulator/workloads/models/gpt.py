@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from emulator.workloads.models.layers import FeedForward, SelfAttention, TransformerConfig, init_weights, positions
+from emulator.workloads.models import layers
+from emulator.workloads.models.layers import FeedForward, SelfAttention, TransformerConfig, init_weights
 
 # Character-level model for real training on a CPU (byte vocabulary).
 GPT_TINY = TransformerConfig(vocab_size=256, n_layers=4, d_model=128, n_heads=4, max_seq_len=256)
@@ -30,15 +31,14 @@ class GPT(nn.Module):
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.positions = nn.Embedding(cfg.max_seq_len, cfg.d_model)
+        self.tokens, self.positions = layers.learned_embeddings(cfg)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.apply(init_weights)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Token ids ``(B, T)`` -> next-token logits ``(B, T, vocab)``."""
-        pos = positions(ids, self.cfg.max_seq_len)
+        pos = layers.positions(ids, self.cfg.max_seq_len)
         x = self.tokens(ids) + self.positions(pos)
         for block in self.blocks:
             x = block(x)

@@ -69,6 +69,11 @@ class FeedForward(nn.Module):
         return self.down(F.gelu(self.up(x)))
 
 
+def learned_embeddings(cfg: TransformerConfig) -> tuple[nn.Embedding, nn.Embedding]:
+    """The token embedding and the learned position table of GPT and BERT, both of width d_model."""
+    return nn.Embedding(cfg.vocab_size, cfg.d_model), nn.Embedding(cfg.max_seq_len, cfg.d_model)
+
+
 def positions(ids: torch.Tensor, max_seq_len: int) -> torch.Tensor:
     """The position indices ``0..T-1`` of token ids ``(B, T)``; a sequence longer than the
     model's position table (``max_seq_len``) is refused."""

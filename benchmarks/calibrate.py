@@ -10,15 +10,15 @@ from emulator.costmodel.graph import COMPILER_EFFICIENCY
 from emulator.hardware import get_instance_type
 from emulator.parallel.calibrate import fit
 from emulator.parallel.host import HOST_SECONDS_PER_DEVICE_OP
-from emulator.parallel.published import PUBLISHED_ROWS, published_request
+from emulator.parallel.published import PUBLISHED_ROWS
 from emulator.parallel.runner import plan_request
 
 
 def main() -> None:
     instance = get_instance_type("trn1.32xlarge")
     bert_row, gpt_row = PUBLISHED_ROWS[0], PUBLISHED_ROWS[1]
-    bert = plan_request(published_request(bert_row), instance, env={})
-    gpt = plan_request(published_request(gpt_row), instance, env={})
+    bert = plan_request(bert_row.request, instance, env={})
+    gpt = plan_request(gpt_row.request, instance, env={})
     assert bert_row.published_seq_per_s and gpt_row.published_seq_per_s
     result = fit(bert, bert_row.published_seq_per_s, gpt, gpt_row.published_seq_per_s)
     print(f"COMPILER_EFFICIENCY        fitted {result.efficiency:.4f}   in code {COMPILER_EFFICIENCY}")

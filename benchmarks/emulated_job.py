@@ -462,11 +462,14 @@ def add_job_option(parser: argparse.ArgumentParser, default: str) -> None:
     )
 
 
-def run_benchmark(benchmark: str, prefix: str, body: Callable[[Run], None]) -> int:
+def run_benchmark(
+    benchmark: str, prefix: str, body: Callable[[Run], None], report: Callable[[], None] | None = None
+) -> int:
     """``body`` with a fresh ``Run`` (temporary directory named ``prefix...``), SIGTERM and Ctrl-C
-    unwinding it (``handle_signals``); the run is closed whatever happens. Returns the exit
-    status: 0, 130 when interrupted, 1 after printing ``benchmark: why`` when a ``BenchError``
-    stops it."""
+    unwinding it (``handle_signals``); the run is closed whatever happens. Then, when it went
+    well, ``report`` and the total run time. Returns the exit status: 0, 130 when interrupted, 1
+    after printing ``benchmark: why`` when a ``BenchError`` stops it."""
+    t0 = time.monotonic()
     handle_signals()
     run = Run(prefix=prefix)
     try:
@@ -479,4 +482,7 @@ def run_benchmark(benchmark: str, prefix: str, body: Callable[[Run], None]) -> i
         return 1
     finally:
         run.close()
+    if report is not None:
+        report()
+        print(f"\ntotal run time {time.monotonic() - t0:.0f} s")
     return 0

@@ -419,7 +419,6 @@ def main() -> int:
             ),
         )
 
-    t_start = time.monotonic()
     results: list[Result] = []
 
     def measure_peers(run: Run) -> None:
@@ -434,12 +433,12 @@ def main() -> int:
             print(f"measuring {peer.name} ...", flush=True)
             results.append(measure(run, peer, args.scrapes, args.rate))
 
-    status = run_benchmark("exporter_scrape", "nt-scrape-bench-", measure_peers)
-    if status:
-        return status
-    print_results(results, args.scrapes, args.rate, job)
-    print(f"\ntotal run time {time.monotonic() - t_start:.0f} s")
-    return 0
+    return run_benchmark(
+        "exporter_scrape",
+        "nt-scrape-bench-",
+        measure_peers,
+        lambda: print_results(results, args.scrapes, args.rate, job),
+    )
 
 
 if __name__ == "__main__":

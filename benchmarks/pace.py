@@ -518,7 +518,6 @@ def main() -> int:
     if missing_tools("pace", "neuron-emulator", "neuron-monitor"):
         return 1
     jobs = [JOBS[k] for k in (args.job or list(JOBS))]
-    t0 = time.monotonic()
     results: list[Measured] = []
 
     def measure_jobs(run: Run) -> None:
@@ -532,12 +531,7 @@ def main() -> int:
         for job in jobs:
             results.append(measure_job(run, job, args.window, args.period))
 
-    status = run_benchmark("pace", "nt-pace-", measure_jobs)
-    if status:
-        return status
-    print_table(results, args.period)
-    print(f"\ntotal run time {time.monotonic() - t0:.0f} s")
-    return 0
+    return run_benchmark("pace", "nt-pace-", measure_jobs, lambda: print_table(results, args.period))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ from emulator.parallel.comm import RecordingCommunicator, set_communicator
 from emulator.parallel.models.stage import build_stage, stage_inputs
 from emulator.parallel.models.transformer import IGNORE_INDEX, StageModule, TransformerLayer
 from emulator.parallel.ranks import RankGrid
-from emulator.workloads.models.gpt import GPT, GPTConfig
+from emulator.workloads.models.gpt import GPT
+from emulator.workloads.models.layers import TransformerConfig
 from emulator.workloads.models.zoo import (
     MODELS,
     ModelSpec,
@@ -403,7 +404,7 @@ def test_tiny_gpt_matches_the_real_math_gpt() -> None:
     spec = TINY["gpt"]
     stage = cpu_stage(spec)
     ids, labels = cpu_inputs(spec, stage)
-    ref = GPT(GPTConfig(vocab_size=256, n_layers=2, d_model=32, n_heads=4, max_seq_len=16, d_ff=64))
+    ref = GPT(TransformerConfig(vocab_size=256, n_layers=2, d_model=32, n_heads=4, max_seq_len=16, d_ff=64))
     names = {"tokens.weight": "embedding.word.weight", "positions.weight": "embedding.position"}
     names |= {"ln_f.weight": "head.norm.weight", "ln_f.bias": "head.norm.bias"}
     parts = {"ln1": "norm1", "ln2": "norm2", "attn.qkv": "attention.qkv", "attn.out": "attention.out"}

@@ -315,8 +315,8 @@ def test_llama2_7b_tp8_trains_on_all_128_cores_of_four_trn1_32xlarge() -> None:
 
 
 def test_the_ranks_of_a_node_are_named_as_ranges() -> None:
-    from emulator.parallel.launch import _span
+    from emulator.workloads.summary import number_ranges
 
-    assert _span([3]) == "rank 3"
-    assert _span([0, 1]) == "ranks 0-1"
-    assert _span([32, 33, 34, *range(36, 64)]) == "ranks 32-34, 36-63"  # rank 35 lost
+    assert number_ranges("rank", [3]) == "rank 3"
+    assert number_ranges("rank", [1, 0]) == "ranks 0-1"
+    assert number_ranges("rank", [32, 33, 34, *range(36, 64)]) == "ranks 32-34, 36-63"  # rank 35 lost

@@ -15,7 +15,7 @@ from emulator.parallel.calibrate import fit
 from emulator.parallel.host import HOST_SECONDS_PER_DEVICE_OP
 from emulator.parallel.plan import ConfigError, make_config
 from emulator.parallel.plan_file import load_rank_plan, plan_document, write_plan
-from emulator.parallel.published import PUBLISHED_ROWS, published_request
+from emulator.parallel.published import PUBLISHED_ROWS
 from emulator.parallel.ranks import RankGrid
 from emulator.parallel.replay import _executions
 from emulator.parallel.runner import JobRequest, plan_request
@@ -214,7 +214,7 @@ def test_replayed_step_reports_exactly_the_traced_graphs(gpt_tp8, tmp_path: Path
 
 # --- calibration ----------------------------------------------------------------------------------
 def test_published_rows_within_ten_percent_and_constants_are_the_fit() -> None:
-    plans = [plan_request(published_request(row), TRN1_32, env={}) for row in PUBLISHED_ROWS[:2]]
+    plans = [plan_request(row.request, TRN1_32, env={}) for row in PUBLISHED_ROWS[:2]]
     for row, plan in zip(PUBLISHED_ROWS[:2], plans, strict=True):
         assert row.published_seq_per_s is not None
         ratio = plan.samples_per_second / row.published_seq_per_s

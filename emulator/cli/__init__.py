@@ -13,14 +13,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from emulator.cli.args import Handler
 from neurontools.cli import CliError, RaisingParser, UsageError, print_error, print_usage_error
 from neurontools.sources.address import AddressError
 from neurontools.sources.daemon_client import DaemonError
 
 PROG = "neuron-emulator"
 USAGE_STATUS = 2  # a flag that cannot be used (UsageError): argparse's exit status
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 def _adders() -> tuple[Callable[[Any], dict[str, Handler]], ...]:

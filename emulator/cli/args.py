@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 
 from emulator.cluster.nodes import MAX_NODES, MIN_NODES
 from neurontools.cli import CliError, interval_seconds, number_in_range
@@ -18,12 +19,16 @@ from neurontools.sources.address import DaemonAddress, parse_address, resolve_ad
 
 __all__ = [
     "ArgumentError",
+    "Handler",
     "add_daemon_address",
+    "add_identity_flags",
     "add_instance_type",
     "choice",
     "core_ids",
     "daemon_address",
+    "identity_argv",
     "interval_seconds",
+    "location",
     "node_count",
     "node_index",
     "port_base",
@@ -35,6 +40,9 @@ __all__ = [
 
 class ArgumentError(ValueError):
     """A bad flag value: one line for stderr."""
+
+
+Handler = Callable[[argparse.Namespace], int]  # a command's body: its exit status
 
 
 # -- argparse types --------------------------------------------------------------------------------
@@ -80,6 +88,54 @@ def add_daemon_address(parser: argparse.ArgumentParser | argparse._MutuallyExclu
     """``--socket PATH`` / ``--port N``: the daemon to talk to (default: NEURON_EMULATOR_ADDR)."""
     parser.add_argument("--socket", metavar="PATH", help="daemon socket (default: NEURON_EMULATOR_ADDR)")
     parser.add_argument("--port", type=int, metavar="N", help="daemon on 127.0.0.1:N")
+
+
+# -- instance identity flags of ``up`` and ``cluster up`` -------------------------------------------
+
+# (flag, metavar, help): where an instance is, shared by every node of a cluster ...
+LOCATION_FLAGS = (
+    ("--region", "REGION", "default us-west-2"),
+    ("--availability-zone", "AZ", "default us-west-2d"),
+    ("--availability-zone-id", "AZID", "default usw2-az4"),
+    ("--ami-id", "AMI", "e.g. ami-0123456789abcdef0"),
+    ("--subnet-id", "SUBNET", "e.g. subnet-0123456789abcdef0"),
+)
+# ... and what each instance has of its own (``up`` only: a cluster names its nodes)
+_INSTANCE_FLAGS = (
+    ("--instance-id", "ID", "e.g. i-0123456789abcdef0"),
+    ("--instance-name", "NAME", "Name tag (default empty)"),
+)
+
+
+def _identity_flags(instance: bool) -> tuple[tuple[str, str, str], ...]:
+    return (*_INSTANCE_FLAGS, *LOCATION_FLAGS) if instance else LOCATION_FLAGS
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def add_identity_flags(group: argparse._ArgumentGroup, *, instance: bool) -> None:
+    """The location flags, with ``instance`` the instance's own id and name first."""
+    for flag, metavar, text in _identity_flags(instance):
+        group.add_argument(flag, metavar=metavar, help=text)
+    if instance:
+        group.set_defaults(instance_name="")
+
+
+def identity_argv(args: argparse.Namespace, *, instance: bool) -> list[str]:
+    """The identity flags given, as a detached child's command line repeats them."""
+    argv: list[str] = []
+    for flag, _, _ in _identity_flags(instance):
+        value = getattr(args, _dest(flag))
+        if value:
+            argv += [flag, value]
+    return argv
+
+
+def location(args: argparse.Namespace) -> dict[str, str | None]:
+    """The location flags as ``make_identity``'s keywords (None: derived)."""
+    return {_dest(flag): getattr(args, _dest(flag)) for flag, _, _ in LOCATION_FLAGS}
 
 
 # -- checks of flag values -------------------------------------------------------------------------

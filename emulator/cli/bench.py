@@ -7,16 +7,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from typing import Any
 
-from emulator.cli.args import ArgumentError
+from emulator.cli.args import ArgumentError, Handler
 from emulator.cli.layout import add_parallel_arguments, request_from_args
 from emulator.parallel.plan import ConfigError
 from emulator.runtime.errors import NeuronRuntimeError
 from emulator.workloads.errors import report_error
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 def add(sub: Any) -> dict[str, Handler]:
@@ -59,7 +56,7 @@ def _row_result(name: str, plan: Any, published: float | None) -> dict[str, Any]
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from emulator.hardware import get_instance_type
-    from emulator.parallel.published import PUBLISHED_ROWS, published_request
+    from emulator.parallel.published import PUBLISHED_ROWS
     from emulator.parallel.runner import plan_request
 
     try:
@@ -76,7 +73,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         else:
             for row in PUBLISHED_ROWS:
                 progress(row.name)
-                plan = plan_request(published_request(row), instance, env={}, progress=progress)
+                plan = plan_request(row.request, instance, env={}, progress=progress)
                 rows.append(_row_result(row.name, plan, row.published_seq_per_s))
     except (ArgumentError, ConfigError, NeuronRuntimeError) as exc:
         report_error(str(exc))

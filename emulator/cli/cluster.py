@@ -17,10 +17,19 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from typing import Any
 
-from emulator.cli.args import add_instance_type, interval_seconds, node_count, node_index, port_base
+from emulator.cli.args import (
+    Handler,
+    add_identity_flags,
+    add_instance_type,
+    identity_argv,
+    interval_seconds,
+    location,
+    node_count,
+    node_index,
+    port_base,
+)
 from emulator.cli.detach import last_line, open_log, spawn
 from emulator.cluster.cleanup import remove_leftovers
 from emulator.cluster.layout import Layout
@@ -42,9 +51,6 @@ PROG = "neuron-emulator"
 DETACH_TIMEOUT_S = 120.0  # 64 nodes start in well under this on a 2-vCPU host (docs/cluster.md)
 DOWN_TIMEOUT_S = 30.0
 NODE_UP_TIMEOUT_S = 10.0
-IDENTITY_FLAGS = ("--region", "--availability-zone", "--availability-zone-id", "--ami-id", "--subnet-id")
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 def add(subparsers: Any) -> dict[str, Handler]:
@@ -97,11 +103,7 @@ def _add_up(up: argparse.ArgumentParser) -> None:
     )
     up.add_argument("--detached-log", help=argparse.SUPPRESS)  # the launcher tells the host where its log is
     ident = up.add_argument_group("identity shared by every node (defaults are stable per host and type)")
-    ident.add_argument("--region", metavar="REGION", help="default us-west-2")
-    ident.add_argument("--availability-zone", metavar="AZ", help="default us-west-2d")
-    ident.add_argument("--availability-zone-id", metavar="AZID", help="default usw2-az4")
-    ident.add_argument("--ami-id", metavar="AMI", help="e.g. ami-0123456789abcdef0")
-    ident.add_argument("--subnet-id", metavar="SUBNET", help="e.g. subnet-0123456789abcdef0")
+    add_identity_flags(ident, instance=False)
     ident.add_argument(
         "--placement-group", default=DEFAULT_PLACEMENT_GROUP, metavar="NAME", help=f"default {DEFAULT_PLACEMENT_GROUP}"
     )
@@ -126,12 +128,8 @@ def _plan(args: argparse.Namespace, layout: Layout) -> tuple[Shared, list[NodeSp
         shared = shared_identity(
             args.instance_type,
             layout,
-            region=args.region,
-            availability_zone=args.availability_zone,
-            availability_zone_id=args.availability_zone_id,
-            ami_id=args.ami_id,
-            subnet_id=args.subnet_id,
             placement_group=args.placement_group,
+            **location(args),
         )
         nodes = plan_nodes(shared, args.nodes, layout)
     except ValueError as exc:
@@ -197,11 +195,7 @@ def _host_argv(args: argparse.Namespace, log_path: str) -> list[str]:
     argv += ["--placement-group", args.placement_group, "--detached-log", log_path]
     if args.file_sd:
         argv += ["--file-sd", os.path.abspath(args.file_sd)]
-    for flag in IDENTITY_FLAGS:
-        value = getattr(args, flag.lstrip("-").replace("-", "_"))
-        if value:
-            argv += [flag, value]
-    return argv
+    return argv + identity_argv(args, instance=False)
 
 
 def _up_detached(args: argparse.Namespace, layout: Layout) -> int:

@@ -9,30 +9,26 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable
 from typing import Any
 
-from emulator.cli.args import add_daemon_address, add_instance_type, daemon_address
+from emulator.cli.args import (
+    Handler,
+    add_daemon_address,
+    add_identity_flags,
+    add_instance_type,
+    daemon_address,
+    identity_argv,
+    location,
+)
 from emulator.cli.detach import last_line, open_log, spawn
 from emulator.cli.fault import status_lines
 from neurontools.cli import CliError, UsageError
 from neurontools.sources.address import DaemonAddress, private_runtime_dir, runtime_dir
 from neurontools.sources.daemon_client import DaemonClient, DaemonUnavailable
 
-Handler = Callable[[argparse.Namespace], int]
-
 PROG = "neuron-emulator"
 DETACH_TIMEOUT_S = 30.0
 DOWN_TIMEOUT_S = 10.0
-IDENTITY_FLAGS = (
-    "--instance-id",
-    "--instance-name",
-    "--region",
-    "--availability-zone",
-    "--availability-zone-id",
-    "--ami-id",
-    "--subnet-id",
-)
 
 
 def add_up(sub: Any) -> dict[str, Handler]:
@@ -59,13 +55,7 @@ def add_up(sub: Any) -> dict[str, Handler]:
         help="with --detach: daemon log (default <socket>.log, or neuron-emulator-<port>.log in the runtime directory)",
     )
     ident = up.add_argument_group("instance identity (defaults are stable per host, type and address)")
-    ident.add_argument("--instance-id", metavar="ID", help="e.g. i-0123456789abcdef0")
-    ident.add_argument("--instance-name", metavar="NAME", default="", help="Name tag (default empty)")
-    ident.add_argument("--region", metavar="REGION", help="default us-west-2")
-    ident.add_argument("--availability-zone", metavar="AZ", help="default us-west-2d")
-    ident.add_argument("--availability-zone-id", metavar="AZID", help="default usw2-az4")
-    ident.add_argument("--ami-id", metavar="AMI", help="e.g. ami-0123456789abcdef0")
-    ident.add_argument("--subnet-id", metavar="SUBNET", help="e.g. subnet-0123456789abcdef0")
+    add_identity_flags(ident, instance=True)
     return {"up": _cmd_up}
 
 
@@ -124,11 +114,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
             seed=f"{socket.gethostname()}|{args.instance_type}|{address}",
             instance_id=args.instance_id,
             instance_name=args.instance_name,
-            region=args.region,
-            availability_zone=args.availability_zone,
-            availability_zone_id=args.availability_zone_id,
-            ami_id=args.ami_id,
-            subnet_id=args.subnet_id,
+            **location(args),
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
@@ -173,11 +159,7 @@ def _child_argv(args: argparse.Namespace, address: DaemonAddress) -> list[str]:
     for flag, value in (("--bind", args.bind), ("--socket-group", args.socket_group)):
         if value is not None:
             argv += [flag, value]
-    for flag in IDENTITY_FLAGS:
-        value = getattr(args, flag.lstrip("-").replace("-", "_"))
-        if value:
-            argv += [flag, value]
-    return argv
+    return argv + identity_argv(args, instance=True)
 
 
 def _log_path(args: argparse.Namespace, address: DaemonAddress) -> str:
@@ -200,9 +182,14 @@ def _log_path(args: argparse.Namespace, address: DaemonAddress) -> str:
     return log_path
 
 
-def _cmd_down(args: argparse.Namespace) -> int:
+def _client(args: argparse.Namespace) -> tuple[DaemonAddress, DaemonClient]:
+    """The daemon of ``--socket``/``--port`` (else NEURON_EMULATOR_ADDR) and a client of it."""
     address = daemon_address(args)
-    client = DaemonClient(address, timeout=3.0)
+    return address, DaemonClient(address, timeout=3.0)
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    address, client = _client(args)
     try:
         status = client.get("/status")
     except DaemonUnavailable as exc:
@@ -262,8 +249,7 @@ def _pid_alive(pid: int) -> bool:
 def _cmd_status(args: argparse.Namespace) -> int:
     import json
 
-    address = daemon_address(args)
-    client = DaemonClient(address, timeout=3.0)
+    address, client = _client(args)
     try:
         status = client.get("/status")
         processes = client.get("/processes")

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from typing import Any
 
-from emulator.cli.args import add_instance_type, tcp_port
+from emulator.cli.args import Handler, add_instance_type, tcp_port
 from neurontools.cli import CliError
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 def add(sub: Any) -> dict[str, Handler]:

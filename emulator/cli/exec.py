@@ -16,15 +16,14 @@ import argparse
 import os
 import shutil
 import sys
-from collections.abc import Callable
 from typing import Any
 
+from emulator.cli.args import Handler
 from emulator.compat.shim_path import shim_environment
 from neurontools.cli import CliError, UsageError
 from neurontools.sources.daemon_client import DaemonClient, DaemonUnavailable
 
 NOT_FOUND_STATUS = 127
-Handler = Callable[[argparse.Namespace], int]
 
 
 def add(sub: Any) -> dict[str, Handler]:

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
 from typing import Any
 
-from emulator.cli.args import add_daemon_address, daemon_address, node_index
+from emulator.cli.args import Handler, add_daemon_address, daemon_address, node_index
 from emulator.runtime.core_spec import format_core_ids
 from emulator.runtime.faults import HARDWARE_ERROR_STATUS
 from neurontools.cli import CliError, UsageError
@@ -26,8 +25,6 @@ KINDS = ("slow", "nan", "ecc", "efa", "node-down", "clear")
 NODE_DOWN = "node-down"
 DEFAULT_ECC_EVENT = MEM_ECC_UNCORRECTED.key  # `neuron-emulator fault ecc` without --type
 MAX_SLOW_FACTOR = 1000.0
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 def add(sub: Any) -> dict[str, Handler]:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from emulator.cli.args import ArgumentError, core_ids, positive_int
+from emulator.cli.args import ArgumentError, Handler, core_ids, positive_int
 from emulator.cli.layout import (
     add_multinode_arguments,
     add_parallel_arguments,
@@ -32,8 +32,6 @@ from emulator.workloads.errors import report_error
 
 if TYPE_CHECKING:
     from emulator.parallel.job import JobPlan
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 def add(sub: Any) -> dict[str, Handler]:

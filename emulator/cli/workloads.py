@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from emulator.cli.args import Handler
 from emulator.workloads import WORKLOADS, WorkloadSpec
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 def add(sub: Any) -> dict[str, Handler]:

@@ -24,7 +24,7 @@ import socket
 import stat
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -79,28 +79,23 @@ def new_registry(node: NodeSpec) -> Registry:
     return Registry(build_inventory(node.identity.instance_type, node.identity))
 
 
+@dataclass(eq=False)
 class Fleet:
     """Every node of the running host: its daemon (in ``daemons``), its exporter (in ``exporters``,
     served in another thread's loop) and whether it is down. :meth:`node_down` and
     :meth:`node_up` run in the daemons' loop (the main thread's), one at a time."""
 
-    def __init__(
-        self,
-        layout: Layout,
-        daemons: ServerGroup,
-        exporters: ServerGroup,
-        exporter_app: ExporterFactory,
-        exporter_socket: ExporterSocket,
-    ) -> None:
-        self.layout = layout
-        self.daemons = daemons
-        self.exporters = exporters
-        self._exporter_app = exporter_app
-        self._exporter_socket = exporter_socket
-        self.nodes: dict[int, _Node] = {}
-        self.state: ClusterState | None = None  # set once every node listens (the state file is written)
-        self._lock: asyncio.Lock | None = None
-        self._bound: dict[int, int] = {}  # node -> inode of a socket bound by node_up (removed at exit)
+    layout: Layout
+    daemons: ServerGroup
+    exporters: ServerGroup
+    exporter_app: ExporterFactory
+    exporter_socket: ExporterSocket
+    nodes: dict[int, _Node] = field(default_factory=dict, init=False)
+    # set once every node listens (the state file is written)
+    state: ClusterState | None = field(default=None, init=False)
+    _lock: asyncio.Lock | None = field(default=None, init=False)
+    # node -> inode of a socket bound by node_up (removed at exit)
+    _bound: dict[int, int] = field(default_factory=dict, init=False)
 
     def add(self, node: NodeSpec, port: int, registry: Registry) -> None:
         self.nodes[node.index] = _Node(node, port, registry)
@@ -161,7 +156,7 @@ class Fleet:
             if not node.down:
                 raise NodeError(409, f"node {index} is up")
             try:
-                exporter_sock = self._exporter_socket(node.spec, node.port)
+                exporter_sock = self.exporter_socket(node.spec, node.port)
             except Exception as exc:  # StartError: the port is taken meanwhile
                 raise NodeError(409, str(exc)) from None
             path = str(node.spec.address.socket_path)
@@ -177,7 +172,7 @@ class Fleet:
                 await self.daemons.start_one(
                     index, app, daemon_sock, http=PeerCredentialsProtocol, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S
                 )
-                exporter = self._exporter_app(node.spec, node.port)
+                exporter = self.exporter_app(node.spec, node.port)
                 await self.exporters.call(
                     self.exporters.start_one(
                         index, exporter, exporter_sock, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S

@@ -55,35 +55,22 @@ def shared_identity(
     instance_type: str,
     layout: Layout,
     *,
-    region: str | None = None,
-    availability_zone: str | None = None,
-    availability_zone_id: str | None = None,
-    ami_id: str | None = None,
-    subnet_id: str | None = None,
     placement_group: str = DEFAULT_PLACEMENT_GROUP,
+    **location: str | None,
 ) -> Shared:
-    """The cluster's common identity; unset fields are derived (stable for the host, type and
-    runtime directory). Raises ``ValueError`` with the offending value."""
+    """The cluster's common identity: ``location`` is ``make_identity``'s region,
+    availability_zone, availability_zone_id, ami_id and subnet_id; unset ones are derived (stable
+    for the host, type and runtime directory). Raises ``ValueError`` with the offending value."""
     if not _PLACEMENT_GROUP_RE.match(placement_group):
         raise ValueError(f"invalid placement group {placement_group[:60]!r}: expected 1-255 letters, digits or . _ : -")
     base = make_identity(
         instance_type,
         seed=f"{socket.gethostname()}|{instance_type}|{layout.node_dir}",
-        region=region,
-        availability_zone=availability_zone,
-        availability_zone_id=availability_zone_id,
-        ami_id=ami_id,
-        subnet_id=subnet_id,
+        instance_name="",  # each node has its own
+        **location,
     )
-    return Shared(
-        instance_type=instance_type,
-        region=base.instance_region,
-        availability_zone=base.instance_availability_zone,
-        availability_zone_id=base.instance_availability_zone_id,
-        ami_id=base.ami_id,
-        subnet_id=base.subnet_id,
-        placement_group=placement_group,
-    )
+    zone, zone_id = base.instance_availability_zone, base.instance_availability_zone_id
+    return Shared(instance_type, base.instance_region, zone, zone_id, base.ami_id, base.subnet_id, placement_group)
 
 
 def plan_nodes(shared: Shared, count: int, layout: Layout) -> list[NodeSpec]:

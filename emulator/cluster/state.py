@@ -13,12 +13,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import MISSING, asdict, dataclass, fields
+from typing import Any, TypeVar
 
 from emulator.cluster.layout import Layout
 
 STATE_VERSION = 1
+_T = TypeVar("_T")
 
 
 class StateError(ValueError):
@@ -58,20 +60,7 @@ class ClusterState:
         """Raises ``KeyError``, ``TypeError`` or ``ValueError`` for anything malformed."""
         if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
             raise ValueError(f"not a version {STATE_VERSION} cluster state")
-        nodes = tuple(_node(n) for n in data["nodes"])
-        log = data["log"]
-        return cls(
-            pid=_int(data["pid"]),
-            started_at=float(data["started_at"]),
-            instance_type=_str(data["instance_type"]),
-            region=_str(data["region"]),
-            availability_zone=_str(data["availability_zone"]),
-            subnet_id=_str(data["subnet_id"]),
-            placement_group=_str(data["placement_group"]),
-            file_sd=_str(data["file_sd"]),
-            log=None if log is None else _str(log),
-            nodes=nodes,
-        )
+        return _load(cls, data, nodes=tuple(_node(n) for n in data["nodes"]))
 
 
 def _int(value: Any) -> int:
@@ -92,19 +81,34 @@ def _str(value: Any) -> str:
     return value
 
 
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else _str(value)
+
+
+# a field's checked reading, by its annotation (``from __future__ import annotations``: a string)
+_READERS: dict[str, Callable[[Any], Any]] = {
+    "int": _int,
+    "float": float,
+    "bool": _bool,
+    "str": _str,
+    "str | None": _opt_str,
+}
+
+
+def _load(cls: type[_T], data: dict[str, Any], **given: Any) -> _T:
+    """``cls`` from ``data``: each field not ``given`` read by its type; a field with a default may be absent."""
+    values = dict(given)
+    for f in fields(cls):  # type: ignore[arg-type]  # _T: a dataclass of this module
+        if f.name not in given:
+            present = f.name in data or f.default is MISSING
+            values[f.name] = _READERS[str(f.type)](data[f.name]) if present else f.default
+    return cls(**values)
+
+
 def _node(data: Any) -> NodeState:
     if not isinstance(data, dict):
         raise TypeError(f"expected a node object, got {data!r}")
-    return NodeState(
-        index=_int(data["index"]),
-        instance_id=_str(data["instance_id"]),
-        instance_type=_str(data["instance_type"]),
-        instance_name=_str(data["instance_name"]),
-        address=_str(data["address"]),
-        exporter_url=_str(data["exporter_url"]),
-        exporter_port=_int(data["exporter_port"]),
-        down=_bool(data.get("down", False)),
-    )
+    return _load(NodeState, data)
 
 
 def host_alive(state: ClusterState) -> bool:

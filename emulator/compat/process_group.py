@@ -14,7 +14,7 @@ The ``xla://`` init method reads what torchrun or ``xmp.spawn`` put in the envir
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -29,6 +29,15 @@ def _done(result: Any = None) -> dist.Work:
     future: torch.futures.Future = torch.futures.Future()
     future.set_result(result)
     return torch._C._distributed_c10d._create_work_from_future(future)  # type: ignore[attr-defined]
+
+
+def _not_emulated(what: str) -> Callable[..., dist.Work]:
+    """A method of the process group that raises ``NotEmulatedError`` naming ``what``."""
+
+    def method(self: ProcessGroup, *args: Any, **kwargs: Any) -> dist.Work:
+        raise NotEmulatedError(f"{what} on the xla backend")
+
+    return method
 
 
 class ProcessGroupXla(ProcessGroup):
@@ -165,23 +174,12 @@ class ProcessGroupXla(ProcessGroup):
         return _done(tensors)
 
     # what the emulator's xla process group does not do: a clear error, not the base class's
-    def alltoall(self, *args: Any, **kwargs: Any) -> dist.Work:
-        raise NotEmulatedError("torch.distributed.all_to_all on the xla backend")
-
-    def alltoall_base(self, *args: Any, **kwargs: Any) -> dist.Work:
-        raise NotEmulatedError("torch.distributed.all_to_all_single on the xla backend")
-
-    def gather(self, *args: Any, **kwargs: Any) -> dist.Work:
-        raise NotEmulatedError("torch.distributed.gather on the xla backend")
-
-    def scatter(self, *args: Any, **kwargs: Any) -> dist.Work:
-        raise NotEmulatedError("torch.distributed.scatter on the xla backend")
-
-    def reduce(self, *args: Any, **kwargs: Any) -> dist.Work:
-        raise NotEmulatedError("torch.distributed.reduce on the xla backend")
-
-    def recv_anysource(self, *args: Any, **kwargs: Any) -> dist.Work:
-        raise NotEmulatedError("torch.distributed.recv without a source on the xla backend")
+    alltoall = _not_emulated("torch.distributed.all_to_all")
+    alltoall_base = _not_emulated("torch.distributed.all_to_all_single")
+    gather = _not_emulated("torch.distributed.gather")
+    scatter = _not_emulated("torch.distributed.scatter")
+    reduce = _not_emulated("torch.distributed.reduce")
+    recv_anysource = _not_emulated("torch.distributed.recv without a source")
 
 
 def _create(options: Any, backend_options: Any = None) -> ProcessGroupXla:

@@ -11,29 +11,11 @@ from emulator.compat import world
 from emulator.compat.gaps import NotEmulatedError
 from emulator.compat.xla_model import DEVICE_HW
 
-
-def world_size() -> int:
-    return world.world_size()
-
-
-def global_ordinal() -> int:
-    return world.global_rank()
-
-
-def local_ordinal() -> int:
-    return world.local_rank()
-
-
-def process_index() -> int:
-    return world.global_rank()
-
-
-def process_count() -> int:
-    return world.world_size()
-
-
-def local_process_count() -> int:
-    return world.local_world_size()
+# torch_xla's names for where this process stands (emulator.compat.world): one process, one device
+world_size = process_count = global_device_count = global_runtime_device_count = world.world_size
+global_ordinal = process_index = world.global_rank
+local_ordinal = world.local_rank
+local_process_count = local_device_count = world.local_world_size  # this host's processes, one NeuronCore each
 
 
 def host_index() -> int:
@@ -41,26 +23,12 @@ def host_index() -> int:
     return world.global_rank() // world.local_world_size()
 
 
-def local_device_count() -> int:
-    """Devices of this host's processes (one NeuronCore each)."""
-    return world.local_world_size()
-
-
 def addressable_device_count() -> int:
     """Devices this process drives: its NeuronCore."""
     return 1
 
 
-def addressable_runtime_device_count() -> int:
-    return 1
-
-
-def global_device_count() -> int:
-    return world.world_size()
-
-
-def global_runtime_device_count() -> int:
-    return world.world_size()
+addressable_runtime_device_count = addressable_device_count
 
 
 def device_type() -> str:

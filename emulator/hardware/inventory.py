@@ -5,17 +5,16 @@ from __future__ import annotations
 from emulator.hardware.instance_types import InstanceType, get_instance_type
 from neurontools.contract.inventory import Device, HardwareInfo, InstanceIdentity, Inventory
 
+# neuron_hardware_info's strings: the device identity's fields of the same names
+_IDENTITY_FIELDS = ("neuron_device_type", "neuron_device_version", "neuroncore_version", "logical_neuroncore_config")
+
 
 def hardware_info(itype: InstanceType) -> HardwareInfo:
-    ident = itype.device_identity
     return HardwareInfo(
-        neuron_device_type=ident.neuron_device_type,
-        neuron_device_version=ident.neuron_device_version,
-        neuroncore_version=ident.neuroncore_version,
         neuron_device_count=itype.device_count,
         neuron_device_memory_size=itype.device_memory_bytes,
         neuroncore_per_device_count=itype.cores_per_device,
-        logical_neuroncore_config=ident.logical_neuroncore_config,
+        **{name: getattr(itype.device_identity, name) for name in _IDENTITY_FIELDS},
     )
 
 

@@ -45,6 +45,7 @@ from emulator.parallel.rendezvous import (
 )
 from emulator.runtime.compile_cache import CompileCache, LoadedModel, cache_settings
 from emulator.workloads.errors import ERROR_PREFIX, report_error
+from emulator.workloads.summary import number_ranges
 
 READY_TIMEOUT_S = 120.0  # 32 ranks starting on a 2-vCPU host take a few seconds
 
@@ -357,23 +358,9 @@ def _fail_job(ranks: _Ranks, cause: str) -> int:
         for place in ranks.groups[i]:
             by_node.setdefault(place.node, []).append(place.rank)
     for node, members in sorted(by_node.items()):
-        report_error(
-            f"node {node}: {len(members)} rank(s) ({_span(members)}) stopped with NRT_TIMEOUT in their next collective"
-        )
+        span = number_ranges("rank", members)
+        report_error(f"node {node}: {len(members)} rank(s) ({span}) stopped with NRT_TIMEOUT in their next collective")
     return 1
-
-
-def _span(ranks: list[int]) -> str:
-    """``rank 3`` or ``ranks 0-1, 3-31``: consecutive ranks as ranges."""
-    ranks = sorted(ranks)
-    runs: list[list[int]] = []
-    for r in ranks:
-        if runs and r == runs[-1][-1] + 1:
-            runs[-1].append(r)
-        else:
-            runs.append([r])
-    text = ", ".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
-    return ("rank " if len(ranks) == 1 else "ranks ") + text
 
 
 def _wait_ready(procs: list[subprocess.Popen]) -> bool:

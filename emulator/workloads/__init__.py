@@ -79,51 +79,40 @@ def _model_scale(model: ModelSpec) -> WorkloadSpec:
     )
 
 
-_TASKS = "emulator.workloads.tasks"
+def _real_math(
+    name: str, batch: int, seq: int | None, max_seq: int | None, lr: float, unit: str, description: str
+) -> WorkloadSpec:
+    """A real-math workload: 100 fp32 steps by default, built by the function of its name in
+    :mod:`emulator.workloads.tasks`."""
+    return WorkloadSpec(
+        name=name,
+        description=description,
+        kind=REAL_MATH,
+        steps=100,
+        batch_size=batch,
+        seq_len=seq,
+        max_seq_len=max_seq,
+        dtype="fp32",
+        lr=lr,
+        sample_unit=unit,
+        builder=f"emulator.workloads.tasks:{name.replace('-', '_')}",
+    )
+
+
+# name, default micro-batch, sequence length (None: no sequence axis), position table, lr, sample unit
+# fmt: off
 _REAL_MATH = {
     spec.name: spec
     for spec in (
-        WorkloadSpec(
-            name="gpt-tiny",
-            description="character-level GPT (4 layers, d_model 128, 4 heads) learning the Python stdlib's source",
-            kind=REAL_MATH,
-            steps=100,
-            batch_size=16,
-            seq_len=128,
-            max_seq_len=256,
-            dtype="fp32",
-            lr=3e-3,
-            sample_unit="seq",
-            builder=f"{_TASKS}:gpt_tiny",
-        ),
-        WorkloadSpec(
-            name="bert-tiny",
-            description="BERT-style encoder (4 layers, hidden 128) masked-LM on the Python stdlib's source bytes",
-            kind=REAL_MATH,
-            steps=100,
-            batch_size=16,
-            seq_len=128,
-            max_seq_len=256,
-            dtype="fp32",
-            lr=2e-3,
-            sample_unit="seq",
-            builder=f"{_TASKS}:bert_tiny",
-        ),
-        WorkloadSpec(
-            name="mlp",
-            description="3-layer MLP (width 256) classifying inputs labelled by a fixed random teacher network",
-            kind=REAL_MATH,
-            steps=100,
-            batch_size=256,
-            seq_len=None,
-            max_seq_len=None,
-            dtype="fp32",
-            lr=3e-3,
-            sample_unit="samples",
-            builder=f"{_TASKS}:mlp",
-        ),
+        _real_math("gpt-tiny", 16, 128, 256, 3e-3, "seq",
+                   "character-level GPT (4 layers, d_model 128, 4 heads) learning the Python stdlib's source"),
+        _real_math("bert-tiny", 16, 128, 256, 2e-3, "seq",
+                   "BERT-style encoder (4 layers, hidden 128) masked-LM on the Python stdlib's source bytes"),
+        _real_math("mlp", 256, None, None, 3e-3, "samples",
+                   "3-layer MLP (width 256) classifying inputs labelled by a fixed random teacher network"),
     )
 }
+# fmt: on
 # the one registry: the real-math workloads, then every model-scale model of the zoo
 WORKLOADS: dict[str, WorkloadSpec] = {**_REAL_MATH, **{m.name: _model_scale(m) for m in MODELS.values()}}
 

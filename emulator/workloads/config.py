@@ -4,8 +4,13 @@ Torch-free, so that ``neuron-emulator run`` checks its flags (``cli.py``) before
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from emulator.workloads import WorkloadSpec
+
+# what a workload defaults (WorkloadSpec), a run's flags override (RunConfig) and a result's
+# header repeats (RunHeader): one name in all three
+SETTINGS = ("steps", "batch_size", "seq_len", "dtype", "lr")
 
 
 @dataclass(frozen=True)
@@ -18,14 +23,12 @@ class RunConfig:
     lr: float
     seed: int = 0
 
+    def settings(self) -> dict[str, Any]:
+        """The SETTINGS of this run (RunHeader's fields of the same names)."""
+        return {name: getattr(self, name) for name in SETTINGS}
+
     @classmethod
     def defaults(cls, spec: WorkloadSpec, **overrides: object) -> RunConfig:
-        values: dict[str, object] = {
-            "steps": spec.steps,
-            "batch_size": spec.batch_size,
-            "seq_len": spec.seq_len,
-            "dtype": spec.dtype,
-            "lr": spec.lr,
-        }
+        values: dict[str, object] = {name: getattr(spec, name) for name in SETTINGS}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(spec=spec, **values)  # type: ignore[arg-type]  # overrides are untyped keyword values

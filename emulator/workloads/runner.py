@@ -116,18 +116,15 @@ def train(config: RunConfig, backend: XlaBackend, reporter: Reporter) -> RunResu
 
 
 def _header(config: RunConfig, task: Task, backend: XlaBackend, world: int) -> RunHeader:
+    spec = config.spec
     return RunHeader(
-        workload=config.spec.name,
-        kind=config.spec.kind,
+        workload=spec.name,
+        kind=spec.kind,
         parameters=task.parameters,
-        steps=config.steps,
-        batch_size=config.batch_size,
-        seq_len=config.seq_len,
-        dtype=config.dtype,
-        lr=config.lr,
         world_size=world,
         neuroncores=backend.neuroncores(),
-        sample_unit=config.spec.sample_unit,
+        sample_unit=spec.sample_unit,
+        **config.settings(),
     )
 
 

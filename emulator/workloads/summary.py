@@ -8,7 +8,9 @@ throughput is shown for them without simulated time.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import groupby
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -33,17 +35,15 @@ def step_rate(stats: StepStats) -> Rate | None:
     return None
 
 
-def _step_ranges(steps: list[int]) -> str:
-    if not steps:
-        return "no steps"
-    runs: list[list[int]] = []
-    for s in steps:
-        if runs and s == runs[-1][-1] + 1:
-            runs[-1].append(s)
-        else:
-            runs.append([s])
+def number_ranges(noun: str, values: Sequence[int]) -> str:
+    """``step 3``, ``steps 0-1, 3-31`` or ``no steps``: the numbers, consecutive ones as ranges
+    (steps of a run, ranks of a job)."""
+    if not values:
+        return f"no {noun}s"
+    # consecutive numbers keep the same difference to their position in the sorted list
+    runs = [[v for _, v in run] for _, run in groupby(enumerate(sorted(values)), lambda iv: iv[1] - iv[0])]
     text = ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
-    return ("step " if len(steps) == 1 else "steps ") + text
+    return f"{noun} {text}" if len(values) == 1 else f"{noun}s {text}"
 
 
 def steady_rate(result: RunResult) -> tuple[Rate | None, str]:
@@ -53,15 +53,14 @@ def steady_rate(result: RunResult) -> tuple[Rate | None, str]:
     simulated = [s for s in result.steps if s.device_seconds is not None and s.device_seconds > 0]
     if simulated:
         steady = [s for s in simulated if s.compiled is not True] or simulated
-        seconds = sum(s.device_seconds or 0.0 for s in steady)
-        samples = sum(s.samples for s in steady)
-        return Rate(samples / seconds, seconds / len(steady), "simulated"), _step_ranges([s.step for s in steady])
-    if not result.steps:
+        seconds, kind = sum(s.device_seconds or 0.0 for s in steady), "simulated"
+    elif result.steps:
+        steady = result.steps[1:] or result.steps
+        seconds, kind = sum(s.wall_seconds for s in steady), "wall"
+    else:
         return None, ""
-    steady = result.steps[1:] or result.steps
-    seconds = sum(s.wall_seconds for s in steady)
     samples = sum(s.samples for s in steady)
-    return Rate(samples / seconds, seconds / len(steady), "wall"), _step_ranges([s.step for s in steady])
+    return Rate(samples / seconds, seconds / len(steady), kind), number_ranges("step", [s.step for s in steady])
 
 
 def format_seconds(seconds: float) -> str:
@@ -120,7 +119,7 @@ def summary_lines(result: RunResult) -> list[str]:
 
     compiled = [s.step for s in result.steps if s.compiled]
     if any(s.compiled is not None for s in result.steps):
-        row("graphs compiled", f"{len(compiled)}" + (f" ({_step_ranges(compiled)})" if compiled else ""))
+        row("graphs compiled", f"{len(compiled)}" + (f" ({number_ranges('step', compiled)})" if compiled else ""))
     flops = [s for s in result.steps if s.device and s.device.flops is not None and s.device_seconds]
     if flops:
         total = sum(s.device.flops or 0 for s in flops if s.device)

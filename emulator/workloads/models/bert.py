@@ -3,43 +3,28 @@ word + position + segment embeddings, MLM decoder tied to the word embedding).""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from emulator.workloads.models.layers import FeedForward, SelfAttention, init_weights, positions
+from emulator.workloads.models import layers
+from emulator.workloads.models.layers import FeedForward, SelfAttention, TransformerConfig, init_weights
 
 IGNORE_INDEX = -100  # label of positions that are not predicted
-
-
-@dataclass(frozen=True)
-class BertConfig:
-    vocab_size: int
-    n_layers: int
-    hidden: int
-    n_heads: int
-    max_seq_len: int
-    intermediate: int = 0  # 0 = 4 x hidden
-    type_vocab_size: int = 2
-
-    @property
-    def ff_width(self) -> int:
-        return self.intermediate or 4 * self.hidden
+TYPE_VOCAB_SIZE = 2  # token types (segments A and B)
 
 
 # Byte-level encoder for real MLM training on a CPU: 256 byte values + [MASK].
-BERT_TINY = BertConfig(vocab_size=257, n_layers=4, hidden=128, n_heads=4, max_seq_len=256)
+BERT_TINY = TransformerConfig(vocab_size=257, n_layers=4, d_model=128, n_heads=4, max_seq_len=256)
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, cfg: BertConfig) -> None:
+    def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
-        self.attn = SelfAttention(cfg.hidden, cfg.n_heads, causal=False)
-        self.ln1 = nn.LayerNorm(cfg.hidden, eps=1e-12)
-        self.ff = FeedForward(cfg.hidden, cfg.ff_width)
-        self.ln2 = nn.LayerNorm(cfg.hidden, eps=1e-12)
+        self.attn = SelfAttention(cfg.d_model, cfg.n_heads, causal=False)
+        self.ln1 = nn.LayerNorm(cfg.d_model, eps=1e-12)
+        self.ff = FeedForward(cfg.d_model, cfg.ff_width)
+        self.ln2 = nn.LayerNorm(cfg.d_model, eps=1e-12)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.ln1(x + self.attn(x))
@@ -49,10 +34,10 @@ class EncoderLayer(nn.Module):
 class MLMHead(nn.Module):
     """Transform (dense + GELU + LayerNorm), then scores over the vocabulary."""
 
-    def __init__(self, cfg: BertConfig) -> None:
+    def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
-        self.dense = nn.Linear(cfg.hidden, cfg.hidden)
-        self.ln = nn.LayerNorm(cfg.hidden, eps=1e-12)
+        self.dense = nn.Linear(cfg.d_model, cfg.d_model)
+        self.ln = nn.LayerNorm(cfg.d_model, eps=1e-12)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
 
     def forward(self, x: torch.Tensor, word_embedding: torch.Tensor) -> torch.Tensor:
@@ -60,20 +45,19 @@ class MLMHead(nn.Module):
 
 
 class BertMLM(nn.Module):
-    def __init__(self, cfg: BertConfig) -> None:
+    def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.words = nn.Embedding(cfg.vocab_size, cfg.hidden)
-        self.positions = nn.Embedding(cfg.max_seq_len, cfg.hidden)
-        self.segments = nn.Embedding(cfg.type_vocab_size, cfg.hidden)
-        self.ln_embed = nn.LayerNorm(cfg.hidden, eps=1e-12)
+        self.words, self.positions = layers.learned_embeddings(cfg)
+        self.segments = nn.Embedding(TYPE_VOCAB_SIZE, cfg.d_model)
+        self.ln_embed = nn.LayerNorm(cfg.d_model, eps=1e-12)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
         self.mlm = MLMHead(cfg)
         self.apply(init_weights)
 
     def forward(self, ids: torch.Tensor, segment_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Token ids ``(B, T)`` -> vocabulary scores ``(B, T, vocab)`` at every position."""
-        pos = positions(ids, self.cfg.max_seq_len)
+        pos = layers.positions(ids, self.cfg.max_seq_len)
         if segment_ids is None:
             segment_ids = torch.zeros_like(ids)
         x = self.ln_embed(self.words(ids) + self.positions(pos) + self.segments(segment_ids))

@@ -8,10 +8,27 @@ and the same code runs on real CPU tensors and on ``meta`` tensors of a model-sc
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """A GPT's or a BERT's dimensions."""
+
+    vocab_size: int
+    n_layers: int
+    d_model: int
+    n_heads: int
+    max_seq_len: int
+    d_ff: int = 0  # 0 = 4 x d_model
+
+    @property
+    def ff_width(self) -> int:
+        return self.d_ff or 4 * self.d_model
 
 
 class SelfAttention(nn.Module):
@@ -50,6 +67,11 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(F.gelu(self.up(x)))
+
+
+def learned_embeddings(cfg: TransformerConfig) -> tuple[nn.Embedding, nn.Embedding]:
+    """The token embedding and the learned position table of GPT and BERT, both of width d_model."""
+    return nn.Embedding(cfg.vocab_size, cfg.d_model), nn.Embedding(cfg.max_seq_len, cfg.d_model)
 
 
 def positions(ids: torch.Tensor, max_seq_len: int) -> torch.Tensor:

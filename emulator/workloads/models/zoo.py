@@ -89,20 +89,9 @@ _NXD = "github.com/aws-neuron/neuronx-distributed examples/training/llama"
 
 def _gpt3(name: str, layers: int, hidden: int, heads: int, published: int, source: str, desc: str) -> ModelSpec:
     return ModelSpec(
-        name=name,
-        family="gpt",
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        kv_heads=heads,
-        ffn=4 * hidden,
-        vocab=50257,
-        max_seq_len=2048,
-        default_seq_len=2048,
-        sample_unit="seq",
-        description=desc,
-        source=f"{source}; {_GPT_COMMON}",
-        published_params=published,
+        *(name, "gpt", layers, hidden, heads, heads, 4 * hidden, 50257, 2048, 2048, "seq", desc),
+        f"{source}; {_GPT_COMMON}",
+        published,
         vocab_multiple=128,
         hidden_dropout=0.1,
         attention_dropout=0.1,
@@ -131,24 +120,12 @@ def _llama(
     published: int,
     source: str,
     desc: str,
+    *,
     rope_theta: float = 10000.0,
     rope_scaling: tuple[float, float, float, int] | None = None,
 ) -> ModelSpec:
     return ModelSpec(
-        name=name,
-        family="llama",
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        kv_heads=kv_heads,
-        ffn=ffn,
-        vocab=vocab,
-        max_seq_len=max_seq,
-        default_seq_len=seq,
-        sample_unit="seq",
-        description=desc,
-        source=source,
-        published_params=published,
+        *(name, "llama", layers, hidden, heads, kv_heads, ffn, vocab, max_seq, seq, "seq", desc, source, published),
         norm="rmsnorm",
         norm_eps=1e-5,
         activation="swiglu",
@@ -161,30 +138,27 @@ def _llama(
     )
 
 
+def _llama31(*args: Any) -> ModelSpec:
+    """``_llama`` with Llama 3.1's RoPE: theta 500000, llama3 scaling factor 8 / 1 / 4 / 8192 (config.json)."""
+    return _llama(*args, rope_theta=500000.0, rope_scaling=(8.0, 1.0, 4.0, 8192))
+
+
+# ModelSpec's first fields: name, family, layers, hidden, heads, kv_heads, ffn, vocab, max_seq_len,
+# default_seq_len, sample_unit, description, source, published_params
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
         ModelSpec(
-            name="bert-large",
-            family="bert",
-            layers=24,
-            hidden=1024,
-            heads=16,
-            kv_heads=16,
-            ffn=4096,
-            vocab=30522,
-            max_seq_len=512,
-            default_seq_len=128,
-            sample_unit="seq",
-            description="BERT-Large (HF BertForPreTraining: MLM + NSP heads), phase 1 pre-training",
-            source=(
+            *("bert-large", "bert", 24, 1024, 16, 16, 4096, 30522, 512, 128, "seq"),
+            "BERT-Large (HF BertForPreTraining: MLM + NSP heads), phase 1 pre-training",
+            (
                 "Devlin et al. 2018 (BERT-Large: 24 layers, hidden 1024, 16 heads, 340M parameters); "
                 "huggingface.co/bert-large-uncased config.json (intermediate_size 4096, vocab_size 30522, "
                 "max_position_embeddings 512, type_vocab_size 2, hidden/attention dropout 0.1, "
                 "layer_norm_eps 1e-12, gelu); sequence 128: the Neuron BERT-Large phase 1 tutorial. "
                 "Vocabulary padded to a multiple of tp only when tp does not divide it (Megatron BERT pads)"
             ),
-            published_params=340_000_000,
+            340_000_000,
             norm_eps=1e-12,
             causal=False,
             post_norm=True,
@@ -285,7 +259,7 @@ MODELS: dict[str, ModelSpec] = {
             "checkpoint's parameter count (named '70B')",
             "Llama 2 70B (grouped-query attention)",
         ),
-        _llama(
+        _llama31(
             "llama3.1-8b",
             32,
             4096,
@@ -302,10 +276,8 @@ MODELS: dict[str, ModelSpec] = {
             "max_position_embeddings 131072); tp_zero1_llama3_8B_hf_pretrain.sh: SEQ_LEN 8192, TP 32, "
             "kv_replicator 4; size: 8.03B, the checkpoint's parameter count",
             "Llama 3.1 8B (grouped-query attention)",
-            rope_theta=500000.0,
-            rope_scaling=(8.0, 1.0, 4.0, 8192),
         ),
-        _llama(
+        _llama31(
             "llama3.1-70b",
             80,
             8192,
@@ -321,29 +293,17 @@ MODELS: dict[str, ModelSpec] = {
             "64 heads, 8 KV heads, vocab 128256, rope_theta 500000, llama3 rope scaling); run_llama3_70B_tp_pp.sh: "
             "SEQ_LEN 8192, TP 32, PP 8, kv_replicator 4; size: 70.6B, the checkpoint's parameter count",
             "Llama 3.1 70B (grouped-query attention)",
-            rope_theta=500000.0,
-            rope_scaling=(8.0, 1.0, 4.0, 8192),
         ),
         ModelSpec(
-            name="vit-base",
-            family="vit",
-            layers=12,
-            hidden=768,
-            heads=12,
-            kv_heads=12,
-            ffn=3072,
-            vocab=0,
-            max_seq_len=197,
-            default_seq_len=197,
-            sample_unit="images",
-            description="ViT-B/16 image classifier, 224x224 images, 1000 classes",
-            source=(
+            *("vit-base", "vit", 12, 768, 12, 12, 3072, 0, 197, 197, "images"),
+            "ViT-B/16 image classifier, 224x224 images, 1000 classes",
+            (
                 "Dosovitskiy et al. 2021, 'An Image is Worth 16x16 Words', table 1 (ViT-Base: 12 layers, hidden 768, "
                 "MLP 3072, 12 heads, 86M parameters); huggingface.co/google/vit-base-patch16-224 config.json "
                 "(image 224, patch 16, 1000 ImageNet-1k labels, layer_norm_eps 1e-12, dropout 0.0). The Neuron "
                 "tutorial's class count was not found: 1000 (ImageNet-1k) is used"
             ),
-            published_params=86_000_000,
+            86_000_000,
             norm_eps=1e-12,
             causal=False,
             vocab_multiple=0,

@@ -92,3 +92,12 @@ def test_the_wire_form_validates_back_into_the_same_execution() -> None:
             adapter.validate_python({**wire, **bad})
     with pytest.raises(ValidationError, match="needs outcome"):
         adapter.validate_python({**wire, "error": "hardware"})
+
+
+def test_the_wire_models_engine_names_are_the_contracts() -> None:
+    from typing import get_args
+
+    from emulator.runtime.execution import Engine
+    from neurontools.contract.names import ENGINE_KEYS
+
+    assert get_args(Engine) == tuple(ENGINE_KEYS)

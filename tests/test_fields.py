@@ -42,7 +42,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("emulator/runtime/memory.py", "tensors"): "prose of the runtime's out-of-memory message",
     **{("emulator/costmodel/engines.py", e): "the cost model's Engine enum (checked below)" for e in names.ENGINE_KEYS},
     **{("emulator/parallel/plan_file.py", c): "per-category values of a planned stage" for c in names.CORE_MEMORY_KEYS},
-    **{("emulator/runtime/execution.py", e): "the Execution wire model's Engine Literal type" for e in names.ENGINE_KEYS},
+    **{("emulator/runtime/execution.py", e): "the Execution model's Engine Literal" for e in names.ENGINE_KEYS},
     **{
         ("emulator/daemon/api_models.py", n): "daemon request models: Literal types"
         for n in (*names.CORE_MEMORY_KEYS, *names.ENGINE_KEYS, *names.ECC_EVENTS)

@@ -94,19 +94,6 @@ class HardwareInfo:
         """The core/device arithmetic of this hardware."""
         return CoreLayout(self.neuron_device_count, self.neuroncore_per_device_count)
 
-    @property
-    def core_count(self) -> int:
-        """NeuronCores of the instance."""
-        return self.layout.core_count
-
-    def device_of(self, core: int) -> int:
-        """The device a global NeuronCore id belongs to."""
-        return self.layout.device_of(core)
-
-    def cores_of(self, device: int) -> range:
-        """The global NeuronCore ids of one device."""
-        return self.layout.cores_of(device)
-
 
 @dataclass(frozen=True)
 class Device:
@@ -188,7 +175,7 @@ class Inventory:
         return Inventory(self.instance, self.hardware, self.devices, tuple(processes))
 
     def device_of_core(self, core: int) -> int:
-        return self.hardware.device_of(core)
+        return self.hardware.layout.device_of(core)
 
     def processes_on(self, device: Device, *, include_tools: bool) -> list[NeuronProcess]:
         """Processes holding ``device``, in attach order (then PID).

@@ -107,6 +107,13 @@ def execution_report(start: float = 0.0, seconds: float = 0.001) -> dict[str, ob
     }
 
 
+def reap(proc: subprocess.Popen) -> None:
+    """Kills ``proc`` if it still runs and collects it (its pipes drained): a test's ``finally``."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
 def wait_until(predicate, timeout: float, interval: float = 0.02) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -754,36 +754,36 @@ def test_daemon_loss_shows_a_banner_keeps_the_tabs_and_recovers() -> None:
 # -- SVG snapshots --------------------------------------------------------------------------------
 
 
+def _top_after(instance_type: str, reads: int) -> NeuronTopApp:
+    """neuron-top on a fixed sample: the fake daemon of ``instance_type`` after ``reads`` reads."""
+    apps = small_apps() if instance_type == "trn1.2xlarge" else big_apps()
+    return NeuronTopApp(FixedFeed(sample_after(FakeDaemon(instance_type, apps), reads)), 60)
+
+
 def test_snapshot_trn1_2xlarge(snap_compare) -> None:
-    sample = sample_after(FakeDaemon("trn1.2xlarge", small_apps()), 12)
-    assert snap_compare(NeuronTopApp(FixedFeed(sample), 60), terminal_size=(120, 40), run_before=wait_first())
+    assert snap_compare(_top_after("trn1.2xlarge", 12), terminal_size=(120, 40), run_before=wait_first())
 
 
 def test_snapshot_trn1_2xlarge_80x24_flops_second_tab(snap_compare) -> None:
-    sample = sample_after(FakeDaemon("trn1.2xlarge", small_apps()), 12)
-    app = NeuronTopApp(FixedFeed(sample), 60)
+    app = _top_after("trn1.2xlarge", 12)
     assert snap_compare(app, terminal_size=(80, 24), run_before=press_after_data("f", "3"))
 
 
 def test_snapshot_trn1_32xlarge_full_size(snap_compare) -> None:
-    sample = sample_after(FakeDaemon("trn1.32xlarge", big_apps()), 12)
-    assert snap_compare(NeuronTopApp(FixedFeed(sample), 60), terminal_size=(160, 60), run_before=wait_first())
+    assert snap_compare(_top_after("trn1.32xlarge", 12), terminal_size=(160, 60), run_before=wait_first())
 
 
 def test_snapshot_trn1_32xlarge_80x24(snap_compare) -> None:
-    sample = sample_after(FakeDaemon("trn1.32xlarge", big_apps()), 12)
-    assert snap_compare(NeuronTopApp(FixedFeed(sample), 60), terminal_size=(80, 24), run_before=wait_first())
+    assert snap_compare(_top_after("trn1.32xlarge", 12), terminal_size=(80, 24), run_before=wait_first())
 
 
 def test_snapshot_engines_and_processes(snap_compare) -> None:
-    sample = sample_after(FakeDaemon("trn1.32xlarge", big_apps()), 12)
-    app = NeuronTopApp(FixedFeed(sample), 60)
+    app = _top_after("trn1.32xlarge", 12)
     assert snap_compare(app, terminal_size=(160, 50), run_before=press_after_data("e", "p"))
 
 
 def test_snapshot_history_sparklines(snap_compare) -> None:
-    sample = sample_after(FakeDaemon("trn1.2xlarge", small_apps()), 40)
-    app = NeuronTopApp(FixedFeed(sample), 60)
+    app = _top_after("trn1.2xlarge", 40)
     assert snap_compare(app, terminal_size=(120, 30), run_before=press_after_data("s", "x"))
 
 

@@ -12,13 +12,31 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
-from typing import Any, Final
+from typing import Any, Final, Protocol, TypeVar
 
 # Runtime version shown for processes that do not use the Neuron runtime (tools), as neuron-ls -a does.
 NOT_A_RUNTIME = "NA"
 
 RUNTIME: Final = "runtime"
 TOOL: Final = "tool"
+
+
+class _HasPid(Protocol):
+    @property
+    def pid(self) -> int: ...
+
+
+_P = TypeVar("_P", bound=_HasPid)
+
+
+def first_by_pid(items: Iterable[_P]) -> dict[int, _P]:
+    """Each PID's first item, in order (a process listed twice is looked up as its first)."""
+    by_pid: dict[int, _P] = {}
+    for item in items:
+        by_pid.setdefault(item.pid, item)
+    return by_pid
+
+
 PROCESS_KINDS = (RUNTIME, TOOL)
 
 

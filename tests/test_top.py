@@ -754,37 +754,22 @@ def test_daemon_loss_shows_a_banner_keeps_the_tabs_and_recovers() -> None:
 # -- SVG snapshots --------------------------------------------------------------------------------
 
 
-def _top_after(instance_type: str, reads: int) -> NeuronTopApp:
-    """neuron-top on a fixed sample: the fake daemon of ``instance_type`` after ``reads`` reads."""
+@pytest.mark.parametrize(
+    ("instance_type", "reads", "size", "keys"),
+    [
+        pytest.param("trn1.2xlarge", 12, (120, 40), (), id="trn1_2xlarge"),
+        pytest.param("trn1.2xlarge", 12, (80, 24), ("f", "3"), id="trn1_2xlarge_80x24_flops_second_tab"),
+        pytest.param("trn1.32xlarge", 12, (160, 60), (), id="trn1_32xlarge_full_size"),
+        pytest.param("trn1.32xlarge", 12, (80, 24), (), id="trn1_32xlarge_80x24"),
+        pytest.param("trn1.32xlarge", 12, (160, 50), ("e", "p"), id="engines_and_processes"),
+        pytest.param("trn1.2xlarge", 40, (120, 30), ("s", "x"), id="history_sparklines"),
+    ],
+)
+def test_snapshot(snap_compare, instance_type: str, reads: int, size: tuple[int, int], keys: tuple[str, ...]) -> None:
+    """The fake daemon of ``instance_type`` after ``reads`` reads, at ``size``, after ``keys``."""
     apps = small_apps() if instance_type == "trn1.2xlarge" else big_apps()
-    return NeuronTopApp(FixedFeed(sample_after(FakeDaemon(instance_type, apps), reads)), 60)
-
-
-def test_snapshot_trn1_2xlarge(snap_compare) -> None:
-    assert snap_compare(_top_after("trn1.2xlarge", 12), terminal_size=(120, 40), run_before=wait_first())
-
-
-def test_snapshot_trn1_2xlarge_80x24_flops_second_tab(snap_compare) -> None:
-    app = _top_after("trn1.2xlarge", 12)
-    assert snap_compare(app, terminal_size=(80, 24), run_before=press_after_data("f", "3"))
-
-
-def test_snapshot_trn1_32xlarge_full_size(snap_compare) -> None:
-    assert snap_compare(_top_after("trn1.32xlarge", 12), terminal_size=(160, 60), run_before=wait_first())
-
-
-def test_snapshot_trn1_32xlarge_80x24(snap_compare) -> None:
-    assert snap_compare(_top_after("trn1.32xlarge", 12), terminal_size=(80, 24), run_before=wait_first())
-
-
-def test_snapshot_engines_and_processes(snap_compare) -> None:
-    app = _top_after("trn1.32xlarge", 12)
-    assert snap_compare(app, terminal_size=(160, 50), run_before=press_after_data("e", "p"))
-
-
-def test_snapshot_history_sparklines(snap_compare) -> None:
-    app = _top_after("trn1.2xlarge", 40)
-    assert snap_compare(app, terminal_size=(120, 30), run_before=press_after_data("s", "x"))
+    app = NeuronTopApp(FixedFeed(sample_after(FakeDaemon(instance_type, apps), reads)), 60)
+    assert snap_compare(app, terminal_size=size, run_before=press_after_data(*keys) if keys else wait_first())
 
 
 def test_snapshot_daemon_unreachable_at_start(snap_compare) -> None:

@@ -33,7 +33,7 @@ import ssl
 import sys
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any, TextIO
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -137,17 +137,20 @@ def _digest(path: str) -> str:
         return f"unreadable: {exc}"
 
 
+@dataclass(eq=False)
 class CertificateWatcher:
     """Reloads the server's certificate chain when the key or certificate file changes."""
 
-    def __init__(self, context: ssl.SSLContext, cert_file: str, key_file: str, out: TextIO, err: TextIO) -> None:
-        self.context = context
-        self.cert_file = cert_file
-        self.key_file = key_file
-        self.out = out
-        self.err = err
+    context: ssl.SSLContext
+    cert_file: str
+    key_file: str
+    out: TextIO
+    err: TextIO
+    _seen: tuple[str, str] = field(init=False)
+    _stop: threading.Event = field(init=False, default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
         self._seen = self._digests()
-        self._stop = threading.Event()
 
     def _digests(self) -> tuple[str, str]:
         return _digest(self.cert_file), _digest(self.key_file)

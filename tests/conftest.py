@@ -128,14 +128,29 @@ def daemon(daemon_factory) -> Daemon:
 
 
 @pytest.fixture
+def no_communicator() -> Iterator[None]:
+    """No collective communicator is set before or after the test (emulator.parallel.comm)."""
+    from emulator.parallel.comm import set_communicator
+
+    set_communicator(None)
+    yield
+    set_communicator(None)
+
+
+def _kill_all(started: list) -> None:
+    """Kills whatever of ``started`` (objects with a ``proc``) still runs, and reaps it."""
+    for item in started:
+        if item.proc.poll() is None:
+            item.proc.kill()
+        item.proc.wait(timeout=15)
+
+
+@pytest.fixture
 def holders() -> Iterator[list[Holder]]:
     """Collects started holder processes and makes sure none outlives the test."""
     started: list[Holder] = []
     yield started
-    for holder in started:
-        if holder.proc.poll() is None:
-            holder.proc.kill()
-        holder.proc.wait(timeout=15)
+    _kill_all(started)
 
 
 @pytest.fixture
@@ -143,10 +158,7 @@ def exporters() -> Iterator[list]:
     """Collects started neuron-exporter processes (tests.test_exporter_app.Exporter); none outlives the test."""
     started: list = []
     yield started
-    for exporter in started:
-        if exporter.proc.poll() is None:
-            exporter.proc.kill()
-        exporter.proc.wait(timeout=15)
+    _kill_all(started)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

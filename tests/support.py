@@ -107,6 +107,22 @@ def execution_report(start: float = 0.0, seconds: float = 0.001) -> dict[str, ob
     }
 
 
+def wait_or_kill(proc: subprocess.Popen, timeout: float) -> int:
+    """``proc``'s exit code, waiting up to ``timeout`` seconds for it; killed when it takes longer."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+def reap(proc: subprocess.Popen) -> None:
+    """Kills ``proc`` if it still runs and collects it (its pipes drained): a test's ``finally``."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
 def wait_until(predicate, timeout: float, interval: float = 0.02) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -28,7 +28,7 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support import HELPERS, one_clear_line, run_tool, tool_env, wait_until
+from tests.support import HELPERS, one_clear_line, reap, run_tool, tool_env, wait_until
 
 PROMTOOL = shutil.which("promtool")
 STATE_NAME = "neuron-emulator-cluster.json"
@@ -260,15 +260,15 @@ def test_down_leaves_no_process_socket_or_file() -> None:
         assert status.returncode == 1
 
 
+def _foreground_host(short_tmp: Path, nodes: int, **popen: Any) -> subprocess.Popen:
+    """``neuron-emulator cluster up`` of trn1.2xlarge nodes in the foreground, its state under ``short_tmp``."""
+    argv = [sys.executable, "-m", "emulator.cli", "cluster", "up", "--nodes", str(nodes), "-i", "trn1.2xlarge"]
+    env = tool_env(None, {"XDG_RUNTIME_DIR": str(short_tmp)})
+    return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, **popen)
+
+
 def test_foreground_host_stops_cleanly_on_sigterm(short_tmp: Path) -> None:
-    host = subprocess.Popen(
-        [sys.executable, "-m", "emulator.cli", "cluster", "up", "--nodes", "2", "-i", "trn1.2xlarge"],
-        env=tool_env(None, {"XDG_RUNTIME_DIR": str(short_tmp)}),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    host = _foreground_host(short_tmp, 2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert wait_until(lambda: (short_tmp / STATE_NAME).exists() or host.poll() is not None, timeout=30)
         state = json.loads((short_tmp / STATE_NAME).read_text())
@@ -276,9 +276,7 @@ def test_foreground_host_stops_cleanly_on_sigterm(short_tmp: Path) -> None:
         host.send_signal(signal.SIGTERM)
         out, err = host.communicate(timeout=30)
     finally:
-        if host.poll() is None:
-            host.kill()
-            host.wait()
+        reap(host)
     assert host.returncode == 0, err
     assert "node-1.sock" in out  # the node table, printed once the nodes listen
     assert err.strip().endswith("neuron-emulator: cluster stopped (SIGTERM)")
@@ -286,13 +284,7 @@ def test_foreground_host_stops_cleanly_on_sigterm(short_tmp: Path) -> None:
 
 
 def test_a_killed_host_is_detected_and_cleaned_up(short_tmp: Path) -> None:
-    host = subprocess.Popen(
-        [sys.executable, "-m", "emulator.cli", "cluster", "up", "--nodes", "1", "-i", "trn1.2xlarge"],
-        env=tool_env(None, {"XDG_RUNTIME_DIR": str(short_tmp)}),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    host = _foreground_host(short_tmp, 1, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert wait_until(lambda: (short_tmp / STATE_NAME).exists() or host.poll() is not None, timeout=30)
     finally:

@@ -34,6 +34,7 @@ from tests.support import (
     prometheus_argv,
     run_tool,
     tool_env,
+    wait_or_kill,
     wait_until,
 )
 from tests.test_cluster import Cluster, cluster_cmd, get, host_gone, running_cluster
@@ -80,14 +81,10 @@ def release(proc: subprocess.Popen[str]) -> int:
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     with contextlib.suppress(BrokenPipeError):
         proc.stdin.close()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    code = wait_or_kill(proc, 15)
     proc.stdout.close()
     proc.stderr.close()
-    return proc.returncode
+    return code
 
 
 def refused(url: str) -> bool:
@@ -355,8 +352,4 @@ def test_prometheus_sees_the_lost_node_down_and_its_exporter_down_alert_fires(tm
             assert alert["instance_id"] == cluster.nodes[1]["instance_id"]
         finally:
             prom.send_signal(signal.SIGTERM)
-            try:
-                prom.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                prom.kill()
-                prom.wait()
+            wait_or_kill(prom, 15)

@@ -29,7 +29,7 @@ from neurontools.exporter.fields import FAMILIES, LATENCY_BUCKETS, PER_PROCESS_F
 from neurontools.exporter.history import History
 from neurontools.exporter.rest import HISTORY_METRICS
 from tests.snapshots import later, parsed, recorded
-from tests.support import one_clear_line, run_tool, tool_env, wait_until
+from tests.support import one_clear_line, reap, run_tool, tool_env, wait_until
 from tests.test_training_e2e import read_until_done, train
 
 EXTENDED = {f.name for f in FAMILIES + PER_PROCESS_FAMILIES}
@@ -288,9 +288,7 @@ def test_extended_metrics_follow_a_real_training_process(daemon, short_tmp: Path
         assert value(after, "neurondevice_hbm_used_bytes", neuron_device="0", category="tensors") == 0
         assert value(after, "neuroncore_in_use", neuron_device="0", neuroncore="0") == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+        reap(proc)
 
     # SIGTERM: clean exit 0, and the daemon no longer lists the exporter
     assert exporter.stop() == 0

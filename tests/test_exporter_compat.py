@@ -31,12 +31,12 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from neurontools.contract.schema import APP_GROUPS
 from neurontools.exporter.compat import CompatMetrics
 from neurontools.exporter.compat_cli import build_registry, parse_args, pump
 from neurontools.exporter.compat_families import FAMILIES
 from neurontools.monitor.config import parse_config
 from neurontools.report.builder import build_report
+from tests.monitor_configs import monitor_config
 from tests.snapshots import parsed, recorded
 from tests.support import free_port
 
@@ -183,20 +183,7 @@ def test_every_family_of_the_table_with_its_type_help_and_labels() -> None:
 
 def test_report_built_from_daemon_snapshots_gives_the_same_exposition() -> None:
     """The other input path: reports our builder makes from two daemon snapshots (the reference report, computed)."""
-    config = parse_config(
-        json.dumps(
-            {
-                "period": "1s",
-                "neuron_runtimes": [
-                    {
-                        "tag_filter": ".*",
-                        "metrics": [{"type": t} for t in APP_GROUPS],
-                    }
-                ],
-                "system_metrics": [{"type": "vcpu_usage"}, {"type": "memory_info"}, {"type": "neuron_hw_counters"}],
-            }
-        )
-    )
+    config = parse_config(json.dumps(monitor_config("1s")))
     prev, cur = (parsed(recorded(f"trn1_2xlarge_train_{n}")) for n in ("prev", "cur"))
     expo = Exposition()
     assert expo.feed(build_report(prev, cur, config)) == []

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import BIN, HELPERS, free_port, one_clear_line, run_tool, start_daemon, tool_env, wait_until
+from tests.support import BIN, HELPERS, free_port, one_clear_line, reap, run_tool, start_daemon, tool_env, wait_until
 from tests.test_security import as_other_user, group_dir, needs_root, other_user
 
 __all__ = ["group_dir"]  # the fixture, for the test that acts as another user
@@ -91,9 +91,7 @@ def test_slow_nan_clear_and_ecc_on_a_real_math_process(daemon, short_tmp: Path) 
         assert proc.wait(timeout=30) == 1
         stderr = proc.stderr.read()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+        reap(proc)
     assert "Traceback" not in stderr
     (last,) = [ln for ln in stderr.splitlines() if ln.startswith("train_loop:")]
     assert "NRT_EXEC_HW_ERR_HBM_UE" in last and "nc0" in last and "uncorrectable ECC error" in last
@@ -205,9 +203,7 @@ def test_a_parallel_jobs_rank_slows_and_dies_of_an_uncorrectable_ecc_error(daemo
         assert "nc1: the next execution fails with NRT_EXEC_HW_ERR_HBM_UE" in out.stdout
         _, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc)
     assert proc.returncode == 1, err
     # the cause, then its peer: rank 0 times out in its next collective (docs/multinode.md)
     cause, peers = err.strip().splitlines()

@@ -9,7 +9,6 @@ runtime checks compare what the exporter and neuron-top actually publish with th
 from __future__ import annotations
 
 import ast
-import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,14 +18,12 @@ from pydantic import BaseModel
 
 from emulator.costmodel.engines import BUSY_ENGINES
 from neurontools.contract import names
-from neurontools.contract.snapshot import snapshot_from_dict
-from neurontools.contract.snapshot_models import JobCounters
 from neurontools.exporter import rest
-from neurontools.exporter.collector import Accumulator, CollectedState, history_values
+from neurontools.exporter.collector import CollectedState, Collector, history_values
 from neurontools.exporter.extended import ExtendedCollector
 from neurontools.report import fields
 from neurontools.report.fields import EACH_STEP, Quantity
-from neurontools.report.period import measure
+from neurontools.sources.daemon_client import DaemonError
 from neurontools.top import memory_tree, view
 from neurontools.top.model import ENGINE_NAMES
 
@@ -107,27 +104,26 @@ def test_name_orders() -> None:
 # -- Prometheus families --------------------------------------------------------------------------
 
 
+class _Recorded:
+    """A daemon that answers the recorded training snapshots in turn (and no inventory)."""
+
+    def __init__(self, answers: list[dict]) -> None:
+        self.answers = answers
+
+    def get(self, path: str) -> dict:
+        if path.startswith("/snapshot"):
+            return self.answers.pop(0)
+        raise DaemonError(404, {"error": "not found"})
+
+
 def _full_state() -> CollectedState:
-    prev, cur = (
-        snapshot_from_dict(json.loads((FIXTURES / f"trn1_2xlarge_train_{n}.json").read_text())) for n in ("prev", "cur")
-    )
+    """The exporter's state after collecting the recorded pair (the second collection: rates)."""
+    prev, cur = (json.loads((FIXTURES / f"trn1_2xlarge_train_{n}.json").read_text()) for n in ("prev", "cur"))
     # a training job's counters (docs/multinode.md): the recording has none
-    cur = dataclasses.replace(cur, jobs=(JobCounters("vit-base-20261124-120000-1", 3, 1.1, 0.4, 12),))
-    acc = Accumulator()
-    acc.add(None, prev)
-    period = measure(prev, cur)
-    totals = acc.add(prev, cur, period)
-    return CollectedState(
-        interval=1.0,
-        snapshot=cur,
-        previous=prev,
-        measured=period,
-        totals=totals,
-        source_up=True,
-        error="",
-        duration=0.01,
-        last_success=1.0,
-    )
+    job = {"job_id": "vit-base-20261124-120000-1", "steps": 3, "step_seconds": 1.1, "wait_seconds": 0.4, "samples": 12}
+    collector = Collector(_Recorded([prev, {**cur, "jobs": [job]}]), 1.0)
+    collector.collect_once()
+    return collector.collect_once()
 
 
 def test_every_exposed_family_is_a_table_quantity_with_its_help_and_labels() -> None:

@@ -25,7 +25,7 @@ from neurontools.report.builder import build_report
 from neurontools.report.monitor_config import MetricGroup, MonitorConfig, default_config
 from neurontools.sources.daemon_client import DaemonError
 from tests import snapshots
-from tests.support import BIN, POD_ENV, Holder, start_holder, tool_env, wait_until
+from tests.support import BIN, POD_ENV, Holder, start_holder, tool_env, wait_or_kill, wait_until
 from tests.test_exporter_app import Exporter, parse, series, start_exporter
 from tests.test_monitor_e2e import start_monitor
 
@@ -62,11 +62,7 @@ def procs() -> Iterator[list[subprocess.Popen]]:
     for proc in started:
         if proc.poll() is None:
             proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            wait_or_kill(proc, 10)
 
 
 # -- the runtime side --------------------------------------------------------------------------------

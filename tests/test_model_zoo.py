@@ -35,12 +35,7 @@ from emulator.workloads.models.zoo import (
 )
 from tests.parallel_support import ThreadedCommunicator
 
-
-@pytest.fixture(autouse=True)
-def _no_communicator() -> Iterator[None]:
-    set_communicator(None)
-    yield
-    set_communicator(None)
+pytestmark = pytest.mark.usefixtures("no_communicator")
 
 
 def place(

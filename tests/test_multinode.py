@@ -23,7 +23,7 @@ import pytest
 from emulator.hardware import get_instance_type
 from emulator.parallel.launch import load_models, rank_groups
 from emulator.parallel.runner import JobRequest, plan_request
-from tests.support import BIN, free_port, one_clear_line, wait_until
+from tests.support import BIN, free_port, one_clear_line, reap, wait_until
 from tests.test_cluster import Cluster, metrics, running_cluster
 
 MODEL = "vit-base"
@@ -59,9 +59,7 @@ def finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str,
     try:
         out, err = proc.communicate(timeout=timeout)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc)
     return proc.returncode, out, err
 
 
@@ -172,9 +170,7 @@ def test_a_lost_node_fails_the_job_on_every_node(cluster2: Cluster, cache: Path)
         os.kill(victim, signal.SIGKILL)  # what the node's loss does to its ranks
         code, _, err = finish(proc, timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc)
     assert code == 1
     lines = err.strip().splitlines()
     assert re.match(r"neuron-emulator: error: rank \d \(node 1, nc\d\) was killed by signal 9$", lines[0]), err

@@ -14,7 +14,7 @@ import pytest
 from emulator.hardware import get_instance_type
 from emulator.parallel.launch import load_models
 from emulator.parallel.runner import JobRequest, plan_request
-from tests.support import BIN, run_tool, tool_env, wait_until
+from tests.support import BIN, reap, run_tool, tool_env, wait_until
 
 
 def test_gpt3_tp8_dp4_fills_every_core_with_its_shard(daemon_factory, short_tmp: Path) -> None:
@@ -53,9 +53,7 @@ def test_gpt3_tp8_dp4_fills_every_core_with_its_shard(daemon_factory, short_tmp:
         assert len(busy) == 32
         out, err = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc)
     assert proc.returncode == 0, err
     assert "throughput" in out and "seq/s simulated" in out and "MFU" in out
     assert wait_until(lambda: daemon.processes() == [], timeout=2.0)
@@ -108,6 +106,4 @@ def test_ranks_die_with_their_launcher(daemon, short_tmp: Path, sig: signal.Sign
         code = proc.wait(timeout=10)
         assert code == (-9 if sig == signal.SIGKILL else 128 + sig)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate()
+        reap(proc)

@@ -4,7 +4,7 @@ and collectives at tp>1, and the tp=2 arithmetic on real values through a thread
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -31,12 +31,7 @@ from emulator.parallel.partition import mark_sequence_parallel
 from emulator.parallel.ranks import RankGrid
 from tests.parallel_support import ThreadedCommunicator
 
-
-@pytest.fixture(autouse=True)
-def _no_communicator() -> Iterator[None]:
-    set_communicator(None)
-    yield
-    set_communicator(None)
+pytestmark = pytest.mark.usefixtures("no_communicator")
 
 
 def recording(tp: int, *, sp: bool = False, rank: int = 0) -> RecordingCommunicator:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import BIN, run_tool, tool_env, wait_until
+from tests.support import BIN, reap, run_tool, tool_env, wait_until
 
 SAMPLES = Path(__file__).parent / "samples"
 FAST = {"OMP_NUM_THREADS": "1"}
@@ -131,8 +131,7 @@ def test_torchrun_mlp_trains_on_two_cores_and_the_tools_show_it(daemon, short_tm
         cue.touch()
         assert proc.wait(timeout=180) == 0, out.read_text()[-3000:]
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        reap(proc)
     text = out.read_text()
     assert text.count("accuracy ") == 1, text[-2000:]  # master_print: rank 0 only
     seen = losses(text)
@@ -197,8 +196,7 @@ def test_nxd_tensor_parallel_holds_its_shard_in_each_cores_memory(daemon, short_
         cue.touch()
         assert proc.wait(timeout=60) == 0, out.read_text()[-3000:]
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        reap(proc)
     assert result["tp_size"] == 2 and result["dp_size"] == 1 and result["tensor_parallel"]
     hidden, vocab = 256, 1024
     assert result["shapes"]["up.weight"] == [4 * hidden // 2, hidden]

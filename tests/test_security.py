@@ -522,13 +522,3 @@ def test_exporter_answers_405_to_every_change(tcp_env: Path, exporters) -> None:
         assert exporter.stop() == 0
     finally:
         assert daemon.stop() == 0
-
-
-@pytest.fixture
-def exporters() -> Iterator[list]:
-    started: list = []
-    yield started
-    for exporter in started:
-        if exporter.proc.poll() is None:
-            exporter.proc.kill()
-        exporter.proc.wait(timeout=15)

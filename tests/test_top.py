@@ -10,13 +10,14 @@ Everything neuron-top shows therefore follows from those rates through the real 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import queue
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -270,6 +271,22 @@ def screen_text(app: NeuronTopApp) -> str:
     return "\n".join(lines)
 
 
+def fake_sample(instance_type: str, reads: int) -> Sample:
+    """The sample after ``reads`` reads of the fake daemon of ``instance_type`` (trn1.2xlarge: the
+    small applications, else the big ones)."""
+    apps = small_apps() if instance_type == "trn1.2xlarge" else big_apps()
+    return sample_after(FakeDaemon(instance_type, apps), reads)
+
+
+@contextlib.asynccontextmanager
+async def running(sample: Sample, size: tuple[int, int]) -> AsyncIterator[tuple[NeuronTopApp, Any]]:
+    """neuron-top on ``sample`` under a Textual pilot, once the sample is on the screen."""
+    app = NeuronTopApp(FixedFeed(sample), 60)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.samples_applied >= 1)
+        yield app, pilot
+
+
 def wait_first(count: int = 1):
     async def run_before(pilot: Any) -> None:
         await until(pilot, lambda: pilot.app.samples_applied >= count)
@@ -348,11 +365,11 @@ def test_spec_report_maps_to_every_section() -> None:
 
 
 def test_first_report_shows_na_until_a_period_has_passed() -> None:
-    sample = sample_after(FakeDaemon("trn1.2xlarge", small_apps()), 1)
+    sample = fake_sample("trn1.2xlarge", 1)
     assert [v.utilization for v in core_values(sample, None, 2)] == [None, None]
     assert sample.system_vcpu is None and sample.engines is None
     assert dict(device_memory(sample, None))["Total"] is not None  # memory is a gauge: known at once
-    later = sample_after(FakeDaemon("trn1.2xlarge", small_apps()), 2)
+    later = fake_sample("trn1.2xlarge", 2)
     assert [round(v.utilization, 4) for v in core_values(later, None, 2)] == [
         round(0.8742 * _ramp(2), 4),
         round(0.6989 * _ramp(2), 4),
@@ -614,7 +631,7 @@ def test_wide_labels_keep_columns_aligned() -> None:
     from neurontools.top.widgets.core_grid import CoreGrid
     from neurontools.top.widgets.vcpu import VcpuPanel
 
-    base = sample_after(FakeDaemon("trn1.32xlarge", big_apps()), 12)
+    base = fake_sample("trn1.32xlarge", 12)
     first = base.apps[0]
     stats = {core: CoreStat(utilization=1.0, flops=1e12) for core in first.cores or ()}
     sample = replace(base, apps=(replace(first, core_stats=stats, vcpu=(1.7368, 0.2462)), *base.apps[1:]))
@@ -639,10 +656,8 @@ def test_wide_labels_keep_columns_aligned() -> None:
 
 def test_process_tab_shows_only_that_process() -> None:
     async def scenario() -> None:
-        sample = sample_after(FakeDaemon("trn1.2xlarge", small_apps()), 2)
-        app = NeuronTopApp(FixedFeed(sample), 60)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await until(pilot, lambda: app.samples_applied >= 1)
+        sample = fake_sample("trn1.2xlarge", 2)
+        async with running(sample, (120, 40)) as (app, pilot):
             await pilot.press("2")
             text = screen_text(app)
             util0 = 87.42 * _ramp(2)
@@ -656,10 +671,8 @@ def test_process_tab_shows_only_that_process() -> None:
 
 def test_flops_and_engine_views() -> None:
     async def scenario() -> None:
-        sample = sample_after(FakeDaemon("trn1.32xlarge", big_apps()), 3)
-        app = NeuronTopApp(FixedFeed(sample), 60)
-        async with app.run_test(size=(160, 60)) as pilot:
-            await until(pilot, lambda: app.samples_applied >= 1)
+        sample = fake_sample("trn1.32xlarge", 3)
+        async with running(sample, (160, 60)) as (app, pilot):
             await pilot.press("f")
             text = screen_text(app)
             flops = [v.flops for v in core_values(sample, None, 32)]
@@ -690,10 +703,8 @@ def test_flops_and_engine_views() -> None:
 
 def test_memory_tree_keys() -> None:
     async def scenario() -> None:
-        sample = sample_after(FakeDaemon("trn1.2xlarge", small_apps()), 2)
-        app = NeuronTopApp(FixedFeed(sample), 60)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await until(pilot, lambda: app.samples_applied >= 1)
+        sample = fake_sample("trn1.2xlarge", 2)
+        async with running(sample, (120, 40)) as (app, pilot):
             tree = app.tree
 
             def labels() -> list[str]:
@@ -754,37 +765,21 @@ def test_daemon_loss_shows_a_banner_keeps_the_tabs_and_recovers() -> None:
 # -- SVG snapshots --------------------------------------------------------------------------------
 
 
-def test_snapshot_trn1_2xlarge(snap_compare) -> None:
-    sample = sample_after(FakeDaemon("trn1.2xlarge", small_apps()), 12)
-    assert snap_compare(NeuronTopApp(FixedFeed(sample), 60), terminal_size=(120, 40), run_before=wait_first())
-
-
-def test_snapshot_trn1_2xlarge_80x24_flops_second_tab(snap_compare) -> None:
-    sample = sample_after(FakeDaemon("trn1.2xlarge", small_apps()), 12)
-    app = NeuronTopApp(FixedFeed(sample), 60)
-    assert snap_compare(app, terminal_size=(80, 24), run_before=press_after_data("f", "3"))
-
-
-def test_snapshot_trn1_32xlarge_full_size(snap_compare) -> None:
-    sample = sample_after(FakeDaemon("trn1.32xlarge", big_apps()), 12)
-    assert snap_compare(NeuronTopApp(FixedFeed(sample), 60), terminal_size=(160, 60), run_before=wait_first())
-
-
-def test_snapshot_trn1_32xlarge_80x24(snap_compare) -> None:
-    sample = sample_after(FakeDaemon("trn1.32xlarge", big_apps()), 12)
-    assert snap_compare(NeuronTopApp(FixedFeed(sample), 60), terminal_size=(80, 24), run_before=wait_first())
-
-
-def test_snapshot_engines_and_processes(snap_compare) -> None:
-    sample = sample_after(FakeDaemon("trn1.32xlarge", big_apps()), 12)
-    app = NeuronTopApp(FixedFeed(sample), 60)
-    assert snap_compare(app, terminal_size=(160, 50), run_before=press_after_data("e", "p"))
-
-
-def test_snapshot_history_sparklines(snap_compare) -> None:
-    sample = sample_after(FakeDaemon("trn1.2xlarge", small_apps()), 40)
-    app = NeuronTopApp(FixedFeed(sample), 60)
-    assert snap_compare(app, terminal_size=(120, 30), run_before=press_after_data("s", "x"))
+@pytest.mark.parametrize(
+    ("instance_type", "reads", "size", "keys"),
+    [
+        pytest.param("trn1.2xlarge", 12, (120, 40), (), id="trn1_2xlarge"),
+        pytest.param("trn1.2xlarge", 12, (80, 24), ("f", "3"), id="trn1_2xlarge_80x24_flops_second_tab"),
+        pytest.param("trn1.32xlarge", 12, (160, 60), (), id="trn1_32xlarge_full_size"),
+        pytest.param("trn1.32xlarge", 12, (80, 24), (), id="trn1_32xlarge_80x24"),
+        pytest.param("trn1.32xlarge", 12, (160, 50), ("e", "p"), id="engines_and_processes"),
+        pytest.param("trn1.2xlarge", 40, (120, 30), ("s", "x"), id="history_sparklines"),
+    ],
+)
+def test_snapshot(snap_compare, instance_type: str, reads: int, size: tuple[int, int], keys: tuple[str, ...]) -> None:
+    """The fake daemon of ``instance_type`` after ``reads`` reads, at ``size``, after ``keys``."""
+    app = NeuronTopApp(FixedFeed(fake_sample(instance_type, reads)), 60)
+    assert snap_compare(app, terminal_size=size, run_before=press_after_data(*keys) if keys else wait_first())
 
 
 def test_snapshot_daemon_unreachable_at_start(snap_compare) -> None:

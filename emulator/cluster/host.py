@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import os
 import signal
 import socket
@@ -53,7 +52,7 @@ from emulator.cluster.state import (
     write_json,
 )
 from emulator.daemon.security import PeerCredentialsProtocol, SecurityError, check_private_dir, ensure_runtime_dir
-from emulator.daemon.server import StartError, listener
+from emulator.daemon.server import StartError, exclusive_lock, listener
 from emulator.lifecycle import STOP_SIGNALS, Stopped
 from neurontools.cli import handle_signals
 from neurontools.exporter.api import ExporterSpec, build_exporter, listen
@@ -98,29 +97,19 @@ def _cluster_lock(layout: Layout) -> Iterator[None]:
         ensure_runtime_dir(layout.directory)
     except SecurityError as exc:
         raise StartError(str(exc)) from None
-    try:
-        fd = os.open(layout.lock_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise StartError(f"cannot create lock file {layout.lock_file}: {exc.strerror}") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            state = _readable_state(layout)
-            if state is not None and host_alive(state):
-                raise StartError(already_running(state)) from None
-            raise StartError(f"another cluster is starting in {layout.directory}") from None
+
+    def busy() -> StartError:
+        state = _readable_state(layout)
+        if state is not None and host_alive(state):
+            return StartError(already_running(state))
+        return StartError(f"another cluster is starting in {layout.directory}")
+
+    with exclusive_lock(str(layout.lock_file), busy):
         stale = _readable_state(layout)
         if stale is not None:  # we hold the lock: its host is gone
             remove_files(stale, layout)
             _say(f"replaced the state of a cluster whose host (pid {stale.pid}) is gone")
-        try:
-            yield
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(layout.lock_file)
-    finally:
-        os.close(fd)
+        yield
 
 
 def _readable_state(layout: Layout) -> ClusterState | None:

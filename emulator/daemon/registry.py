@@ -70,7 +70,7 @@ class Registry:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._inventory = inventory.with_processes(())
-        self._core_count = inventory.hardware.core_count
+        self._core_count = inventory.hardware.layout.core_count
         self._start_time_of = start_time_of
         self._clock = clock
         self._lock = threading.Lock()

@@ -17,7 +17,7 @@ import signal
 import socket
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import uvicorn
 
@@ -57,6 +57,28 @@ def already_running_error(address: DaemonAddress, status: dict[str, object]) -> 
 
 
 @contextlib.contextmanager
+def exclusive_lock(path: str, busy: Callable[[], StartError]) -> Iterator[None]:
+    """Holds the lock file ``path`` (created 0600, never through a link) for the block, removing
+    it after; taken by another process, the error ``busy()`` makes is raised."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise StartError(f"cannot create lock file {path}: {exc.strerror}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise busy() from None
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
 def _unix_listener(path: str, group: int | None) -> Iterator[tuple[socket.socket, Access]]:
     parent = os.path.dirname(path) or "."
     if not os.path.isdir(parent) and os.path.abspath(parent) != private_runtime_dir():
@@ -67,20 +89,14 @@ def _unix_listener(path: str, group: int | None) -> Iterator[tuple[socket.socket
             open_directory_to_group(parent, group)
     except SecurityError as exc:
         raise StartError(str(exc)) from None
-    lock_path = path + ".lock"
-    try:
-        lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError as exc:
-        raise StartError(f"cannot create lock file {lock_path}: {exc.strerror}") from None
-    try:
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            status = probe(DaemonAddress(socket_path=path))
-            if status:
-                raise already_running_error(DaemonAddress(socket_path=path), status) from None
-            raise StartError(f"another neuron-emulator daemon is starting at {path}") from None
 
+    def busy() -> StartError:
+        status = probe(DaemonAddress(socket_path=path))
+        if status:
+            return already_running_error(DaemonAddress(socket_path=path), status)
+        return StartError(f"another neuron-emulator daemon is starting at {path}")
+
+    with exclusive_lock(path + ".lock", busy):
         if os.path.lexists(path):
             mode = os.lstat(path).st_mode
             if not stat.S_ISSOCK(mode):
@@ -108,10 +124,6 @@ def _unix_listener(path: str, group: int | None) -> Iterator[tuple[socket.socket
             with contextlib.suppress(FileNotFoundError):
                 if os.stat(path).st_ino == inode:  # only remove the socket we created
                     os.unlink(path)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(lock_path)
-        os.close(lock_fd)
 
 
 @contextlib.contextmanager

@@ -12,13 +12,31 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
-from typing import Any, Final
+from typing import Any, Final, Protocol, TypeVar
 
 # Runtime version shown for processes that do not use the Neuron runtime (tools), as neuron-ls -a does.
 NOT_A_RUNTIME = "NA"
 
 RUNTIME: Final = "runtime"
 TOOL: Final = "tool"
+
+
+class _HasPid(Protocol):
+    @property
+    def pid(self) -> int: ...
+
+
+_P = TypeVar("_P", bound=_HasPid)
+
+
+def first_by_pid(items: Iterable[_P]) -> dict[int, _P]:
+    """Each PID's first item, in order (a process listed twice is looked up as its first)."""
+    by_pid: dict[int, _P] = {}
+    for item in items:
+        by_pid.setdefault(item.pid, item)
+    return by_pid
+
+
 PROCESS_KINDS = (RUNTIME, TOOL)
 
 
@@ -93,19 +111,6 @@ class HardwareInfo:
     def layout(self) -> CoreLayout:
         """The core/device arithmetic of this hardware."""
         return CoreLayout(self.neuron_device_count, self.neuroncore_per_device_count)
-
-    @property
-    def core_count(self) -> int:
-        """NeuronCores of the instance."""
-        return self.layout.core_count
-
-    def device_of(self, core: int) -> int:
-        """The device a global NeuronCore id belongs to."""
-        return self.layout.device_of(core)
-
-    def cores_of(self, device: int) -> range:
-        """The global NeuronCore ids of one device."""
-        return self.layout.cores_of(device)
 
 
 @dataclass(frozen=True)
@@ -188,7 +193,7 @@ class Inventory:
         return Inventory(self.instance, self.hardware, self.devices, tuple(processes))
 
     def device_of_core(self, core: int) -> int:
-        return self.hardware.device_of(core)
+        return self.hardware.layout.device_of(core)
 
     def processes_on(self, device: Device, *, include_tools: bool) -> list[NeuronProcess]:
         """Processes holding ``device``, in attach order (then PID).

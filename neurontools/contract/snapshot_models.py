@@ -24,7 +24,7 @@ from typing import Annotated, Final, Literal, NamedTuple, TypeVar, Union
 from pydantic import Discriminator
 from pydantic_core import core_schema as cs
 
-from neurontools.contract.inventory import RUNTIME, TOOL, HardwareInfo, InstanceIdentity, PodRef
+from neurontools.contract.inventory import RUNTIME, TOOL, HardwareInfo, InstanceIdentity, PodRef, first_by_pid
 from neurontools.contract.schema import CORE_MEMORY_KEYS, HOST_MEMORY_KEYS, VCPU_FIELDS
 from neurontools.contract.validation import (
     FixedArray,
@@ -360,10 +360,7 @@ class Snapshot:
     @cached_property
     def _by_pid(self) -> dict[int, ProcessSnapshot]:
         """Each PID's first process (made once, on first use: consumers look up every process)."""
-        by_pid: dict[int, ProcessSnapshot] = {}
-        for proc in self.processes:
-            by_pid.setdefault(proc.pid, proc)
-        return by_pid
+        return first_by_pid(self.processes)
 
     @property
     def runtime_processes(self) -> tuple[ProcessSnapshot, ...]:

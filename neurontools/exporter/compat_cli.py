@@ -26,7 +26,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import signal
@@ -34,7 +33,7 @@ import ssl
 import sys
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any, TextIO
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -52,6 +51,7 @@ from neurontools.cli import (
     print_usage_error,
     show_help,
     stop_signals,
+    write_line,
 )
 from neurontools.exporter.compat import CompatMetrics
 from neurontools.sources.report_stream import MAX_LINE_BYTES, read_lines
@@ -129,15 +129,6 @@ def build_registry(metrics: CompatMetrics) -> CollectorRegistry:
     return registry
 
 
-def _say(stream: TextIO | None, text: str) -> None:
-    """One line, flushed; a closed or missing stream is not worth dying for."""
-    if stream is None:
-        return
-    with contextlib.suppress(OSError, ValueError):
-        stream.write(text + "\n")
-        stream.flush()
-
-
 def _digest(path: str) -> str:
     try:
         with open(path, "rb") as handle:
@@ -146,17 +137,20 @@ def _digest(path: str) -> str:
         return f"unreadable: {exc}"
 
 
+@dataclass(eq=False)
 class CertificateWatcher:
     """Reloads the server's certificate chain when the key or certificate file changes."""
 
-    def __init__(self, context: ssl.SSLContext, cert_file: str, key_file: str, out: TextIO, err: TextIO) -> None:
-        self.context = context
-        self.cert_file = cert_file
-        self.key_file = key_file
-        self.out = out
-        self.err = err
+    context: ssl.SSLContext
+    cert_file: str
+    key_file: str
+    out: TextIO
+    err: TextIO
+    _seen: tuple[str, str] = field(init=False)
+    _stop: threading.Event = field(init=False, default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
         self._seen = self._digests()
-        self._stop = threading.Event()
 
     def _digests(self) -> tuple[str, str]:
         return _digest(self.cert_file), _digest(self.key_file)
@@ -171,9 +165,9 @@ class CertificateWatcher:
             _check_tls(self.cert_file, self.key_file)  # a half-replaced pair must not touch the live context
             self.context.load_cert_chain(certfile=self.cert_file, keyfile=self.key_file)
         except (OSError, ValueError) as exc:
-            _say(self.err, f"{PROG}: cannot reload the TLS certificate, keeping the previous one: {exc}")
+            write_line(self.err, f"{PROG}: cannot reload the TLS certificate, keeping the previous one: {exc}")
             return False
-        _say(self.out, "Refreshing TLS certificates")
+        write_line(self.out, "Refreshing TLS certificates")
         return True
 
     def start(self) -> None:
@@ -205,20 +199,20 @@ def pump(lines: Iterable[bytes | None], metrics: CompatMetrics, out: TextIO | No
     applied = 0
     for raw in lines:
         if raw is None:
-            _say(out, f"Unable to decode JSON line longer than {MAX_LINE_BYTES} bytes")
+            write_line(out, f"Unable to decode JSON line longer than {MAX_LINE_BYTES} bytes")
             continue
         if not raw.strip():
             continue
         try:
             report = json.loads(raw)
         except (ValueError, RecursionError) as exc:
-            _say(out, f"Unable to decode JSON {exc}")
+            write_line(out, f"Unable to decode JSON {exc}")
             continue
         if not isinstance(report, dict):
-            _say(out, f"Unable to decode JSON expected a report object, got a JSON {_json_type(report)}")
+            write_line(out, f"Unable to decode JSON expected a report object, got a JSON {_json_type(report)}")
             continue
         for message in metrics.update(report):
-            _say(err, message)
+            write_line(err, message)
         applied += 1
     return applied
 
@@ -256,7 +250,7 @@ def main(argv: Sequence[str] | None = None, *, stdin: IO[bytes] | None = None) -
     except (OSError, ValueError) as exc:
         return print_error(PROG, f"cannot listen on {opts.bind} port {opts.port}: {exc}")
     port = httpd.server_address[1]
-    _say(sys.stdout, f"Running {'HTTPS' if opts.tls else 'HTTP'} prometheus server at port {port}")
+    write_line(sys.stdout, f"Running {'HTTPS' if opts.tls else 'HTTP'} prometheus server at port {port}")
 
     watcher = None
     if opts.tls:
@@ -269,7 +263,7 @@ def main(argv: Sequence[str] | None = None, *, stdin: IO[bytes] | None = None) -
         try:
             if source is not None:
                 pump(read_lines(source), metrics, sys.stdout, sys.stderr)
-            _say(sys.stderr, f"{PROG}: end of input; serving the last values until interrupted")
+            write_line(sys.stderr, f"{PROG}: end of input; serving the last values until interrupted")
             threading.Event().wait()
         except STOPPED:
             pass

@@ -56,7 +56,7 @@ def _cores(state: CollectedState) -> list[tuple[str, str, int]]:
     if snap is None:
         return []
     hardware = snap.hardware
-    return [(str(hardware.device_of(c)), str(c), c) for c in range(hardware.core_count)]
+    return [(str(hardware.layout.device_of(c)), str(c), c) for c in range(hardware.layout.core_count)]
 
 
 def _instance_info(state: CollectedState) -> list[Sample]:

@@ -218,7 +218,7 @@ def devices_view(state: CollectedState) -> list[DeviceResponse]:
     ecc = {c.neuron_device_index: c for c in snap.hardware_counters}
     out = []
     for index in range(snap.hardware.neuron_device_count):
-        cores = list(snap.hardware.cores_of(index))
+        cores = list(snap.hardware.layout.cores_of(index))
         used = period.hbm_of_device(index)
         dev = inventory.get(index)
         counters = ecc.get(index)
@@ -249,7 +249,7 @@ def neuroncores_view(state: CollectedState) -> list[NeuronCoreResponse]:
         out.append(
             NeuronCoreResponse(
                 neuroncore=core,
-                neuron_device=period.cur.hardware.device_of(core),
+                neuron_device=period.cur.hardware.layout.device_of(core),
                 owner=Owner(pid=proc.pid, runtime_tag=proc.tag) if proc else None,
                 period_seconds=state.period,
                 utilization=work.utilization if work else None,
@@ -314,14 +314,14 @@ def history_view(
             raise ApiError(400, f"invalid query parameter 'since': {since!r} is in the future")
     snap = _collected(state).snapshot
     assert snap is not None
+    count = snap.hardware.layout.core_count
     if neuroncore is not None:
         if not spec.per_core:
             raise ApiError(400, f"metric {metric!r} is not per NeuronCore: leave out 'neuroncore'")
-        count = snap.hardware.core_count
         if not 0 <= neuroncore < count:
             raise ApiError(400, f"neuroncore {neuroncore} out of range (this instance has NeuronCores 0-{count - 1})")
     if spec.per_core:
-        cores: list[int | None] = [neuroncore] if neuroncore is not None else list(range(snap.hardware.core_count))
+        cores: list[int | None] = [neuroncore] if neuroncore is not None else list(range(count))
     else:
         cores = [None]
     start = since if since is not None else -math.inf

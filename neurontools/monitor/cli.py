@@ -23,7 +23,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Protocol, TextIO
 
 from neurontools.cli import (
@@ -135,32 +135,25 @@ def _write_line(out: TextIO, text: str) -> None:
         out.flush()
 
 
+@dataclass(eq=False)
 class Monitor:
     """The collection loop; clock, sleep, output and daemon client are injectable."""
 
-    def __init__(
-        self,
-        client: SnapshotClient,
-        config: MonitorConfig,
-        out: TextIO,
-        *,
-        session: ToolSession | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-        verbose: int = 0,
-        err: TextIO | None = None,
-    ) -> None:
-        self.client = client
-        self.config = config
-        self.out = out
-        self.session = session
-        self.clock = clock
-        self.sleep = sleep
-        self.verbose = verbose
-        self.err = err if err is not None else sys.stderr
-        self.builder = ReportBuilder(config)
-        self.daemon_down = False
-        self.reports = 0
+    client: SnapshotClient
+    config: MonitorConfig
+    out: TextIO
+    _: KW_ONLY
+    session: ToolSession | None = None
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    verbose: int = 0
+    err: TextIO = field(default_factory=lambda: sys.stderr)
+    builder: ReportBuilder = field(init=False)
+    daemon_down: bool = field(default=False, init=False)
+    reports: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.builder = ReportBuilder(self.config)
 
     def log(self, level: int, message: str) -> None:
         if self.verbose >= level:

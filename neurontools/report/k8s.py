@@ -60,7 +60,7 @@ def device_uses(snapshot: Snapshot) -> dict[int, PodUse]:
     hardware: HardwareInfo = snapshot.hardware
     by_device: dict[int, list[PodRef]] = {}
     for core, pod in pods_by_core(snapshot.runtime_processes).items():
-        by_device.setdefault(hardware.device_of(core), []).append(pod)
+        by_device.setdefault(hardware.layout.device_of(core), []).append(pod)
     uses = {}
     for device, pods in sorted(by_device.items()):
         first = pods[0]

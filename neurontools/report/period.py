@@ -245,7 +245,7 @@ class Period:
 
     @cached_property
     def core_count(self) -> int:
-        return self.cur.hardware.core_count
+        return self.cur.hardware.layout.core_count
 
     def _summed(
         self, contributors: list[ProcessPeriod], exited: tuple[ProcessSnapshot, ...] = ()
@@ -335,7 +335,7 @@ class Period:
     def hbm_of_device(self, device: int) -> dict[str, int]:
         """Device memory held on one device now, by category."""
         used = dict.fromkeys(CORE_MEMORY_KEYS, 0)
-        for core in self.cur.hardware.cores_of(device):
+        for core in self.cur.hardware.layout.cores_of(device):
             for cat, value in self.hbm.get(core, {}).items():
                 used[cat] += value
         return used

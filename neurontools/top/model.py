@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from neurontools.contract.inventory import CoreLayout
+from neurontools.contract.inventory import CoreLayout, first_by_pid
 from neurontools.contract.names import ENGINES
 from neurontools.contract.schema import CORE_MEMORY_KEYS, HOST_MEMORY_KEYS
 
@@ -112,10 +112,7 @@ class Sample:
     @cached_property
     def _apps_by_pid(self) -> dict[int, AppSample]:
         """Each PID's first application (a sample never changes: made once, on first use)."""
-        by_pid: dict[int, AppSample] = {}
-        for app in self.apps:
-            by_pid.setdefault(app.pid, app)
-        return by_pid
+        return first_by_pid(self.apps)
 
     def unreachable(self, error: str) -> Sample:
         """This sample's layout (instance, devices, tabs) with every value unknown and ``error``."""

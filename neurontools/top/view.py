@@ -10,7 +10,7 @@ counters are not known yet is ``None`` (``NA``), and so is any total that includ
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from neurontools.contract.names import DEVICE_CATEGORIES, HOST_CATEGORIES
@@ -111,32 +111,43 @@ def runtime_vcpu(sample: Sample, pid: int | None) -> tuple[float, float] | None:
     return (sum(v[0] for v in vcpus), sum(v[1] for v in vcpus))
 
 
-def host_memory(sample: Sample, pid: int | None) -> list[tuple[str, int | None]]:
-    apps = selected(sample, pid)
-    known = sample.live and all(app.host_memory is not None and app.host_total is not None for app in apps)
-    row: list[tuple[str, int | None]] = []
-    for label, key in HOST_ROW:
-        if not known:
-            row.append((label, None))
-        elif key is None:
-            row.append((label, sum(app.host_total or 0 for app in apps)))
-        else:
-            row.append((label, sum((app.host_memory or {}).get(key, 0) for app in apps)))
-    return row
+MemoryRow = list[tuple[str, int | None]]
 
 
-def device_memory(sample: Sample, pid: int | None) -> list[tuple[str, int | None]]:
-    apps = selected(sample, pid)
-    known = sample.live and all(app.core_memory is not None and app.device_total is not None for app in apps)
-    row: list[tuple[str, int | None]] = []
-    for label, key in DEVICE_ROW:
-        if not known:
-            row.append((label, None))
-        elif key is None:
-            row.append((label, sum(app.device_total or 0 for app in apps)))
-        else:
-            row.append((label, sum(u[key] for app in apps for u in (app.core_memory or {}).values())))
-    return row
+def host_memory(sample: Sample, pid: int | None) -> MemoryRow:
+    return _memory_row(sample, pid, HOST_ROW, lambda app: app.host_total, lambda app: app.host_memory)
+
+
+def device_memory(sample: Sample, pid: int | None) -> MemoryRow:
+    return _memory_row(sample, pid, DEVICE_ROW, lambda app: app.device_total, _device_parts)
+
+
+def _device_parts(app: AppSample) -> Mapping[str, int] | None:
+    """An application's device memory by category, summed over its cores."""
+    if app.core_memory is None:
+        return None
+    return {key: sum(u[key] for u in app.core_memory.values()) for _, key in DEVICE_ROW if key is not None}
+
+
+def _memory_row(
+    sample: Sample,
+    pid: int | None,
+    rows: Sequence[tuple[str, str | None]],
+    total: Callable[[AppSample], int | None],
+    parts: Callable[[AppSample], Mapping[str, int] | None],
+) -> MemoryRow:
+    """``rows`` (label, category; None: the total) summed over the selected applications; all None
+    unless the sample is live and every application reports its memory."""
+    unknown: MemoryRow = [(label, None) for label, _ in rows]
+    if not sample.live:
+        return unknown
+    known: list[tuple[int, Mapping[str, int]]] = []
+    for app in selected(sample, pid):
+        app_total, app_parts = total(app), parts(app)
+        if app_total is None or app_parts is None:
+            return unknown
+        known.append((app_total, app_parts))
+    return [(label, sum(t if key is None else p.get(key, 0) for t, p in known)) for label, key in rows]
 
 
 def cores_memory(sample: Sample, pid: int | None, count: int) -> list[dict[str, int] | None]:

@@ -12,17 +12,11 @@ from neurontools.contract.inventory import NeuronProcess, PodRef
 
 
 def _request(body: AttachBody) -> AttachRequest:
-    return AttachRequest(
-        pid=body.pid,
-        command=body.command,
-        tag=body.tag,
-        runtime_version=body.runtime_version,
-        kind=body.kind,
-        visible_cores=None if body.visible_cores is None else tuple(body.visible_cores),
-        num_cores=body.num_cores,
-        origin=body.origin,
-        pod=None if body.pod is None else PodRef(**body.pod.model_dump()),
-    )
+    """The registry's request from the API body: the same fields, less ``resume`` (read apart)."""
+    fields = body.model_dump(exclude={"resume", "visible_cores", "pod"})
+    visible = None if body.visible_cores is None else tuple(body.visible_cores)
+    pod = None if body.pod is None else PodRef(**body.pod.model_dump())
+    return AttachRequest(**fields, visible_cores=visible, pod=pod)
 
 
 def router(daemon: Daemon) -> APIRouter:

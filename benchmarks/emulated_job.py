@@ -452,6 +452,11 @@ def missing_tools(benchmark: str, *names: str) -> bool:
     return bool(missing)
 
 
+def benchmark_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A benchmark's command line, described by the first line of its docstring."""
+    return argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+
+
 def add_job_option(parser: argparse.ArgumentParser, default: str) -> None:
     """``--job KEY``: the training job on all cores."""
     parser.add_argument(

@@ -60,6 +60,7 @@ from emulated_job import (
     LoadMeter,
     Run,
     add_job_option,
+    benchmark_parser,
     busy_between,
     cpu_seconds,
     free_port,
@@ -364,7 +365,7 @@ def print_results(results: list[Result], scrapes: int, rate: float, job: Job) ->
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--scrapes", type=int, default=200, help="scrapes per exporter (default 200)")
     parser.add_argument("--rate", type=float, default=10.0, help="scrapes per second (default 10)")
     add_job_option(parser, DEFAULT_JOB)

@@ -63,6 +63,7 @@ from emulated_job import (
     Job,
     JobRun,
     Run,
+    benchmark_parser,
     cpu_seconds,
     is_rank,
     missing_tools,
@@ -496,7 +497,7 @@ def print_table(results: list[Measured], period: int) -> None:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--window", type=float, default=60.0, help="steady window, seconds (default 60)")
     parser.add_argument("--period", type=int, default=5, help="neuron-monitor period, whole seconds (default 5)")
     parser.add_argument(

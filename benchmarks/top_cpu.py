@@ -17,7 +17,6 @@ nothing; stops everything it started, also on Ctrl-C.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from emulated_job import (
     LoadMeter,
     Run,
     add_job_option,
+    benchmark_parser,
     cpu_seconds,
     rss_bytes,
     run_benchmark,
@@ -71,7 +71,7 @@ def viewer_cpu(run: Run, name: str, argv: list[str], seconds: float) -> tuple[fl
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--seconds", type=float, default=60.0, help="measurement window per viewer (default 60)")
     add_job_option(parser, "gpt3-6.7b-tp8dp4")
     args = parser.parse_args()

@@ -15,6 +15,8 @@ import torch
 
 import emulator.xla as xm
 
+STEP_FIELDS = ("device_seconds", "flops", "compiled", "cache_hit", "outcome", "ops")  # of xm.last_step()
+
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=10)
 parser.add_argument("--width", type=int, default=64)
@@ -52,14 +54,7 @@ try:
         result = xm.last_step()
         out = {"step": step, "loss": None if args.meta else loss.item()}
         if result is not None:
-            out.update(
-                device_seconds=result.device_seconds,
-                flops=result.flops,
-                compiled=result.compiled,
-                cache_hit=result.cache_hit,
-                outcome=result.outcome,
-                ops=result.ops,
-            )
+            out.update({key: getattr(result, key) for key in STEP_FIELDS})
         print(json.dumps(out), flush=True)
 except xm.NeuronRuntimeError as exc:
     print(f"train_loop: {exc}", file=sys.stderr)

@@ -10,8 +10,9 @@ NATIVE := $(VENV)/.native-stamp
 TORCH_INDEX ?=
 TORCH_PIN := torch==2.13.0
 # Test processes in parallel (pytest-xdist; a test file stays in one worker). Most tests wait on
-# daemons and subprocesses, so two workers fit a 2-vCPU machine.
-TEST_WORKERS ?= 2
+# daemons and subprocesses, so three workers keep a 2-vCPU machine busy: on this project's machine
+# the suite took 9 min 14 s with 3 workers and 11 min 34 s with 2 (fresh clone, quiet host).
+TEST_WORKERS ?= 3
 
 .PHONY: setup demo test lint clean
 

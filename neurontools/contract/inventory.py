@@ -21,6 +21,13 @@ RUNTIME: Final = "runtime"
 TOOL: Final = "tool"
 
 
+class JsonRecord:
+    """A dataclass whose JSON object is its fields, as the daemon writes it (``asdict``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]  # every subclass is a dataclass
+
+
 class _HasPid(Protocol):
     @property
     def pid(self) -> int: ...
@@ -45,7 +52,7 @@ class InventoryError(ValueError):
 
 
 @dataclass(frozen=True)
-class InstanceIdentity:
+class InstanceIdentity(JsonRecord):
     """EC2 identity of the host, keys as neuron-monitor's ``instance_info``."""
 
     instance_name: str
@@ -56,9 +63,6 @@ class InstanceIdentity:
     instance_region: str
     ami_id: str
     subnet_id: str
-
-    def to_dict(self) -> dict[str, str]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ class CoreLayout:
 
 
 @dataclass(frozen=True)
-class HardwareInfo:
+class HardwareInfo(JsonRecord):
     """Neuron hardware summary, keys as neuron-monitor's ``neuron_hardware_info``."""
 
     neuron_device_type: str
@@ -103,9 +107,6 @@ class HardwareInfo:
     neuron_device_memory_size: int
     neuroncore_per_device_count: int
     logical_neuroncore_config: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     @cached_property
     def layout(self) -> CoreLayout:
@@ -139,16 +140,13 @@ class Device:
 
 
 @dataclass(frozen=True)
-class PodRef:
+class PodRef(JsonRecord):
     """The Kubernetes container a runtime process runs in, as the kubelet's pod-resources API
     names the holder of a NeuronCore (docs/kubernetes.md §Which pod holds a core)."""
 
     pod_name: str
     namespace: str
     container_name: str
-
-    def to_dict(self) -> dict[str, str]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

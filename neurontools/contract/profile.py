@@ -318,7 +318,8 @@ def _check_version(data: Any, what: str) -> None:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ProfileFormatError(f"{what} is not a {FORMAT} file")
     if data.get("version") != FORMAT_VERSION:
-        raise ProfileFormatError(f"{what} is format version {data.get('version')!r}; this reader reads {FORMAT_VERSION}")
+        found = data.get("version")
+        raise ProfileFormatError(f"{what} is format version {found!r}; this reader reads {FORMAT_VERSION}")
 
 
 def graph_to_json(graph: GraphSchedule) -> dict[str, Any]:

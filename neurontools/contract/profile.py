@@ -33,6 +33,10 @@ SYSTEM_TRACE = "ntrace.jsonl"
 DEFAULT_OUTPUT_DIR = "./output"
 DEFAULT_MAX_EVENTS_PER_NC = 1_000_000
 ENGINE_TRACKS = ("tensor", "vector", "scalar", "gpsimd", "dma")
+# A NeuronCore-v2's peaks, the defaults of TraceInfo for captures that do not carry their own
+# (docs/hardware-catalog.md: TensorE BF16 95 TFLOPS per core; HBM 820 GiB/s per chip, 410 per core).
+PEAK_FLOPS = 95e12
+HBM_BANDWIDTH = 410 * 2**30
 
 
 class ProfileFormatError(ValueError):
@@ -160,8 +164,12 @@ class OpTable:
     def __post_init__(self) -> None:
         n = len(self.name)
         for f in fields(self):
-            if len(getattr(self, f.name)) != n:
-                raise ProfileFormatError(f"op table column {f.name!r} has {len(getattr(self, f.name))} rows, not {n}")
+            column = getattr(self, f.name)
+            if len(column) != n:
+                raise ProfileFormatError(f"op table column {f.name!r} has {len(column)} rows, not {n}")
+            allowed = _JSON_TYPES[_element_type(str(f.type))]
+            if not all(_is(v, allowed) for v in column):
+                raise ProfileFormatError(f"op table column {f.name!r} holds a value that is not {f.type}")
 
 
 @dataclass(frozen=True)
@@ -293,6 +301,8 @@ class TraceInfo:
     world_size: int = 1
     command: str = ""
     op_level: bool = True  # the device timeline is per ATen op, not per instruction
+    peak_flops: float = PEAK_FLOPS  # a NeuronCore's TensorE peak, FLOP/s (the emulator's catalog)
+    hbm_bandwidth: float = HBM_BANDWIDTH  # a NeuronCore's share of the HBM bandwidth, bytes/s
     format: str = FORMAT
     version: int = FORMAT_VERSION
 
@@ -304,12 +314,59 @@ def to_json(record: Any) -> dict[str, Any]:
     return asdict(record)
 
 
+# What a JSON value of each annotated field type may be (bool is no number here).
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "int | None": (int, type(None)),
+    "float | None": (int, float, type(None)),
+}
+
+
+def _check_types(cls: type, values: dict[str, Any], what: str) -> None:
+    """A foreign file must fail here with one line, not later with a TypeError deep in a reader."""
+    for f in fields(cls):
+        if f.name not in values:
+            continue
+        value, hint = values[f.name], str(f.type)
+        allowed = _JSON_TYPES.get(hint)
+        if hint.startswith("dict"):
+            allowed = (dict,)
+        elif hint.startswith("tuple"):
+            allowed = (tuple, list)
+        if allowed is None:
+            continue
+        if not _is(value, allowed):
+            raise ProfileFormatError(f"{what}: {f.name} is {type(value).__name__}, expected {hint}")
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, tuple | list) else ()
+        inner = _JSON_TYPES.get(_element_type(hint))
+        if inner is not None and not all(_is(v, inner) for v in items):
+            raise ProfileFormatError(f"{what}: {f.name} holds a value that is not {hint}")
+
+
+def _element_type(hint: str) -> str:
+    """``tuple[int, ...]`` -> ``int``; ``dict[str, float]`` -> ``float``."""
+    if hint.startswith("tuple["):
+        return hint.removeprefix("tuple[").removesuffix(", ...]")
+    if hint.startswith("dict["):
+        return hint.rpartition(", ")[2].removesuffix("]")
+    return ""
+
+
+def _is(value: Any, allowed: tuple[type, ...]) -> bool:
+    return isinstance(value, allowed) and (bool in allowed or not isinstance(value, bool))
+
+
 def _build(cls: type, data: Any, what: str) -> Any:
     if not isinstance(data, dict):
         raise ProfileFormatError(f"{what}: expected a JSON object")
     names = {f.name for f in fields(cls)}
+    values = {k: v for k, v in data.items() if k in names}
+    _check_types(cls, values, what)
     try:
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls(**values)
     except TypeError as exc:
         raise ProfileFormatError(f"{what}: {exc}") from None
 
@@ -326,18 +383,30 @@ def graph_to_json(graph: GraphSchedule) -> dict[str, Any]:
     return {"format": FORMAT, "version": FORMAT_VERSION, **asdict(graph)}
 
 
+def _columns(data: Any, what: str) -> dict[str, tuple[Any, ...]]:
+    if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+        raise ProfileFormatError(f"{what}: expected an object of columns (lists)")
+    return {k: tuple(v) for k, v in data.items()}
+
+
+def _objects(data: Any, what: str) -> list[dict[str, Any]]:
+    if not isinstance(data, list) or not all(isinstance(v, dict) for v in data):
+        raise ProfileFormatError(f"{what}: expected a list of objects")
+    return data
+
+
 def graph_from_json(data: Any, what: str = "graph") -> GraphSchedule:
     _check_version(data, what)
-    ops = _build(OpTable, {k: tuple(v) for k, v in data.get("ops", {}).items()}, f"{what} ops")
-    calls = tuple(_build(CollectiveCall, c, f"{what} collective") for c in data.get("collectives", ()))
+    ops = _build(OpTable, _columns(data.get("ops", {}), f"{what} ops"), f"{what} ops")
+    calls = tuple(_build(CollectiveCall, c, f"{what} collective") for c in _objects(data.get("collectives", []), what))
     return _build(GraphSchedule, {**data, "ops": ops, "collectives": calls}, what)
 
 
 def header_from_json(data: Any, what: str = "device profile") -> DeviceProfileHeader:
     _check_version(data, what)
     placements = tuple(
-        _build(CollectivePlacement, {**c, "ranks": tuple(c["ranks"]), "cores": tuple(c["cores"])}, what)
-        for c in data.get("collectives", ())
+        _build(CollectivePlacement, {**c, **_columns({k: c.get(k, []) for k in ("ranks", "cores")}, what)}, what)
+        for c in _objects(data.get("collectives", []), what)
     )
     return _build(DeviceProfileHeader, {**data, "collectives": placements}, what)
 
@@ -345,7 +414,7 @@ def header_from_json(data: Any, what: str = "device profile") -> DeviceProfileHe
 def execution_from_json(data: Any, what: str = "execution") -> ProfiledExecution:
     if not isinstance(data, dict):
         raise ProfileFormatError(f"{what}: expected a JSON object")
-    collectives = tuple(_build(ExecutedCollective, c, what) for c in data.get("collectives", ()))
+    collectives = tuple(_build(ExecutedCollective, c, what) for c in _objects(data.get("collectives", []), what))
     return _build(ProfiledExecution, {**data, "collectives": collectives}, what)
 
 

@@ -26,13 +26,15 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from neurontools.contract.names import ENGINE_KEYS
+
 FORMAT = "neurontools-profile"
 FORMAT_VERSION = 1
 TRACE_INFO = "trace_info.json"
 SYSTEM_TRACE = "ntrace.jsonl"
 DEFAULT_OUTPUT_DIR = "./output"
 DEFAULT_MAX_EVENTS_PER_NC = 1_000_000
-ENGINE_TRACKS = ("tensor", "vector", "scalar", "gpsimd", "dma")
+ENGINE_TRACKS = ENGINE_KEYS  # an op row's engine: one of the names of contract/names.py
 # A NeuronCore-v2's peaks, the defaults of TraceInfo for captures that do not carry their own
 # (docs/hardware-catalog.md: TensorE BF16 95 TFLOPS per core; HBM 820 GiB/s per chip, 410 per core).
 PEAK_FLOPS = 95e12

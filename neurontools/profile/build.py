@@ -1,0 +1,103 @@
+"""A whole capture as one timeline (docs/profiling.md §Tracks): every execution laid out
+(:mod:`neurontools.profile.timeline`), the system trace's events, the profiler steps, the counters
+and the flows linking one collective call across ranks (:mod:`neurontools.profile.merge`).
+Slices that would partly overlap on a row are moved to a second lane of it, so every format
+can show each row as properly nested slices."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from neurontools.profile.load import Capture, ProcessCapture
+from neurontools.profile.merge import collective_flows
+from neurontools.profile.timeline import ExecutionLayout, counters, layouts
+from neurontools.profile.tracks import STEP, STEP_TRACK, SYSTEM, Counter, Flow, Slice, TrackId
+
+NEST_EPSILON = 1e-12  # seconds: touching slices are not overlapping ones
+CPU_UTIL = "cpu_util"
+
+
+@dataclass(frozen=True)
+class Timeline:
+    capture: Capture
+    executions: tuple[ExecutionLayout, ...]
+    slices: tuple[Slice, ...]  # every slice, each on its lane
+    counters: tuple[Counter, ...]
+    flows: tuple[Flow, ...]
+
+    def tracks(self) -> list[TrackId]:
+        """Every row that has a slice or a counter, sorted (process, host rows, then each core)."""
+        found = {s.track for s in self.slices} | {c.track for c in self.counters}
+        return sorted(found, key=lambda t: t.key)
+
+
+def build(capture: Capture) -> Timeline:
+    executions = layouts(capture)
+    slices: list[Slice] = [s for lay in executions for s in lay.slices]
+    counter_rows = counters(executions)
+    for process in capture.processes:
+        system, cpu = _system(process)
+        slices.extend(system)
+        counter_rows.extend(cpu)
+        if not any(s.kind == STEP and s.track.pid == process.info.pid for s in system):
+            slices.extend(_steps(process, [e for e in executions if e.process is process]))
+    laned = nest_lanes(slices)
+    moved = {id(old): new for old, new in zip(slices, laned, strict=True)}
+    flows = [replace(f, source=moved[id(f.source)], target=moved[id(f.target)]) for f in collective_flows(executions)]
+    return Timeline(capture, tuple(executions), tuple(laned), tuple(counter_rows), tuple(flows))
+
+
+def _system(process: ProcessCapture) -> tuple[list[Slice], list[Counter]]:
+    """The system trace: slices and instants on their rows, the CPU utilisation as a counter."""
+    pid = process.info.pid
+    slices, cpu = [], []
+    for e in process.events:
+        if e.kind == CPU_UTIL:
+            cpu.append((e.ts, float(e.value or 0.0)))
+            continue
+        kind = STEP if e.kind == STEP else SYSTEM
+        track = TrackId(pid, None, STEP_TRACK if kind == STEP else e.track)
+        slices.append(Slice(track, e.name, e.ts, e.ts + max(e.dur, 0.0), kind, {"kind": e.kind, **e.args}))
+    rows = [Counter(TrackId(pid, None, CPU_UTIL), "percent", tuple(sorted(cpu)))] if cpu else []
+    return slices, rows
+
+
+def _steps(process: ProcessCapture, executions: list[ExecutionLayout]) -> list[Slice]:
+    """``ProfilerStep#N`` spans from the executions when the system trace has none: each step from
+    its first execution's host time to its last execution's end."""
+    spans: dict[int, tuple[float, float]] = {}
+    for lay in executions:
+        low = min(s.start for s in lay.slices) if lay.slices else lay.start
+        high = max([lay.end, *(s.end for s in lay.slices)])
+        old = spans.get(lay.execution.step, (low, high))
+        spans[lay.execution.step] = (min(old[0], low), max(old[1], high))
+    track = TrackId(process.info.pid, None, STEP_TRACK)
+    return [
+        Slice(track, f"ProfilerStep#{step}", lo, hi, STEP, {"step": step}) for step, (lo, hi) in sorted(spans.items())
+    ]
+
+
+def nest_lanes(slices: Iterable[Slice]) -> list[Slice]:
+    """``slices`` (same order) with each moved to the first lane of its row where it nests in, or
+    follows, the slices already there."""
+    items = list(slices)
+    order = sorted(range(len(items)), key=lambda i: (items[i].track.key, items[i].start, -items[i].end))
+    stacks: dict[TrackId, list[list[float]]] = {}  # row -> per lane, the ends of its open slices
+    out: list[Slice] = list(items)
+    for i in order:
+        s = items[i]
+        lanes = stacks.setdefault(s.track, [])
+        lane = next((n for n, stack in enumerate(lanes) if _fits(stack, s)), len(lanes))
+        if lane == len(lanes):
+            lanes.append([])
+        lanes[lane].append(s.end)
+        if lane:
+            out[i] = replace(s, track=replace(s.track, lane=lane))
+    return out
+
+
+def _fits(stack: list[float], s: Slice) -> bool:
+    while stack and stack[-1] <= s.start + NEST_EPSILON:
+        stack.pop()
+    return not stack or s.end <= stack[-1] + NEST_EPSILON

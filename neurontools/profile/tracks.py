@@ -1,0 +1,111 @@
+"""The timeline's vocabulary (docs/profiling.md §Tracks): tracks, slices, counters, flows.
+
+A :class:`TrackId` is a row of the timeline: a process (``pid``), a NeuronCore (``core``; None for
+the process's host rows), a name and a lane (a second row of the same name when slices would
+otherwise partly overlap: every output format needs slices on one row to nest or follow each other).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from neurontools.contract.names import ENGINE_KEYS, ENGINES
+
+TENSOR, VECTOR, SCALAR, GPSIMD, DMA = ENGINE_KEYS  # fails at import if the engines ever change
+COMPUTE_ENGINES = (TENSOR, VECTOR, SCALAR, GPSIMD)
+ENGINE_LABELS = {e.key: e.label for e in ENGINES}
+DMA_QUEUE = "qSyncIO0"  # the one DMA queue an op-level profile has: the graph's own transfers
+CC_TRACK = "CC-core"
+HBM_TRACK = "HBM"
+HOST_TRACK = "host"
+STEP_TRACK = "steps"
+
+# slice kinds
+OP = "op"
+COLLECTIVE = "collective"
+HBM_TAIL = "hbm"
+HOST = "host"
+SYSTEM = "system"
+STEP = "step"
+
+# counter names
+HBM_IN_USE = "hbm_in_use"
+TENSOR_UTILIZATION = "tensor_utilization"
+UTILIZATION_BINS = 100
+
+
+@dataclass(frozen=True)
+class TrackId:
+    pid: int
+    core: int | None
+    name: str
+    lane: int = 0
+
+    @property
+    def key(self) -> tuple[int, int, str, int]:
+        """Sort order: by process, its host rows first, then each core's."""
+        return (self.pid, -1 if self.core is None else self.core, self.name, self.lane)
+
+    @property
+    def label(self) -> str:
+        where = "" if self.core is None else f"NC{self.core} "
+        return f"{where}{self.name}" + (f" ({self.lane + 1})" if self.lane else "")
+
+    @property
+    def engine(self) -> str | None:
+        """The engine whose busy time this row counts (DMA for the DMA queue), else None."""
+        if self.name == DMA_QUEUE:
+            return DMA
+        return next((key for key, label in ENGINE_LABELS.items() if label == self.name), None)
+
+
+def engine_track(pid: int, core: int, engine: str) -> TrackId:
+    return TrackId(pid, core, DMA_QUEUE if engine == DMA else ENGINE_LABELS.get(engine, engine))
+
+
+@dataclass(frozen=True)
+class ExecRef:
+    """Which execution a slice belongs to."""
+
+    pid: int
+    core: int
+    graph: str  # hash
+    step: int
+    number: int
+
+
+@dataclass(frozen=True)
+class Slice:
+    """A busy interval, in the host's monotonic seconds."""
+
+    track: TrackId
+    name: str
+    start: float
+    end: float
+    kind: str
+    args: dict[str, Any] = field(default_factory=dict)
+    ref: ExecRef | None = None
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class Counter:
+    """A counter row: ``(time, value)`` points, each value holding until the next point."""
+
+    track: TrackId
+    unit: str
+    points: tuple[tuple[float, float], ...]
+
+
+@dataclass(frozen=True)
+class Flow:
+    """An arrow from one slice to another (a collective on one rank to the same call on the next)."""
+
+    id: int
+    source: Slice
+    target: Slice
+    name: str

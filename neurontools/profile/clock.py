@@ -19,4 +19,4 @@ class Clock:
     def base_ns(self, earliest: float) -> int:
         """A whole second at or before ``earliest`` (epoch seconds), in ns: the base relative times
         are written from, which keeps sub-µs precision in a JSON double."""
-        return int(math.floor(earliest)) * 1_000_000_000
+        return math.floor(earliest) * 1_000_000_000

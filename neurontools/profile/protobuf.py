@@ -1,0 +1,55 @@
+"""A minimal protocol-buffers encoder (wire format only), so neurontools writes Perfetto traces
+without a protobuf dependency: a message is the concatenation of its fields, each a key
+``(field number << 3) | wire type`` followed by a varint, 8 bytes, or a length and bytes."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+
+VARINT, FIXED64, LENGTH = 0, 1, 2
+
+
+def varint(value: int) -> bytes:
+    """Base-128 varint; a negative ``int64`` is written as its 64-bit two's complement."""
+    if value < 0:
+        value += 1 << 64
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def key(number: int, wire: int) -> bytes:
+    return varint(number << 3 | wire)
+
+
+def uint(number: int, value: int) -> bytes:
+    """An ``int32``/``int64``/``uint32``/``uint64``/``bool``/enum field."""
+    return key(number, VARINT) + varint(int(value))
+
+
+def fixed64(number: int, value: int) -> bytes:
+    return key(number, FIXED64) + struct.pack("<Q", value & 0xFFFFFFFFFFFFFFFF)
+
+
+def double(number: int, value: float) -> bytes:
+    return key(number, FIXED64) + struct.pack("<d", value)
+
+
+def raw(number: int, data: bytes) -> bytes:
+    """A length-delimited field: a nested message or bytes."""
+    return key(number, LENGTH) + varint(len(data)) + data
+
+
+def string(number: int, value: str) -> bytes:
+    return raw(number, value.encode("utf-8"))
+
+
+def message(number: int, fields: Iterable[bytes]) -> bytes:
+    return raw(number, b"".join(fields))

@@ -38,6 +38,8 @@ from neurontools.profile.tracks import (
 
 SUFFIX = ".pt.trace.json"
 DEFAULT_FILE = "neuron_profile" + SUFFIX
+HTA_MEMORY = "dma:"  # HTA's memory kernels match ^dma
+HTA_COMMUNICATION = "ncclKernel_"  # HTA's communication kernels match ^nccl.*Kernel
 BACKEND = "xla"  # torch-neuronx's process-group backend
 OP_LEVEL_NOTE = "device rows are per framework op (the emulator's cost model), not per instruction"
 _CATEGORIES = {
@@ -52,9 +54,9 @@ _CATEGORIES = {
 def hta_name(s: Slice) -> str:
     """The slice's name as HTA classifies it (see the module docstring)."""
     if s.kind == COLLECTIVE:
-        return f"ncclKernel_{s.name}"
-    if s.track.name in (DMA_QUEUE, HBM_TRACK) and not s.name.startswith("dma"):
-        return f"dma:{s.name}"
+        return HTA_COMMUNICATION + s.name
+    if s.track.name in (DMA_QUEUE, HBM_TRACK) and not s.name.startswith(HTA_MEMORY):
+        return HTA_MEMORY + s.name
     return s.name
 
 

@@ -23,6 +23,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH_PIN)
 	$(BIN)/python -m pip install -q -e '.[emulator,dev]'
+	$(BIN)/python -m pip install -q --no-deps 'HolisticTraceAnalysis>=0.5,<0.6'  # see pyproject.toml [dev]
 	@touch $(STAMP)
 
 # The emulated device's C++ backend, compiled into ~/.cache/neuron-emulator (about 30 s). Without

@@ -17,11 +17,13 @@ JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"  # a label value a dashboard c
 
 def router(daemon: Daemon) -> APIRouter:
     registry, telemetry, faults, access = daemon.registry, daemon.telemetry, daemon.faults, daemon.access
+    profiles = daemon.profiles
     api = APIRouter()
     errors = ERRORS
 
     def record(request: Request, pid: int, executions: list[Execution]) -> dict[str, Any]:
-        """Count the executions; answer the faults active on the process's cores (docs/faults.md)."""
+        """Count the executions; answer the faults active on the process's cores (docs/faults.md)
+        and, once, a profile request for the process (docs/profiling.md)."""
         access.require_self(request, pid, "report executions for")
         proc = registry.get(pid)
         if proc is None:
@@ -33,16 +35,31 @@ def router(daemon: Daemon) -> APIRouter:
         for ex in executions:
             if ex.error == "hardware":  # the armed failure happened: it is spent
                 faults.consume_hardware_error(ex.core)
-        return {"faults": faults.state(list(proc.neuroncores))}
+        answer: dict[str, Any] = {"faults": faults.state(list(proc.neuroncores))}
+        directive = profiles.hand_out(pid)
+        if directive is not None:
+            answer["profile"] = directive
+        return answer
 
-    @api.post("/v1/processes/{pid}/executions", response_model=ExecutionAnswer, responses=errors, tags=["telemetry"])
+    # an answer carries "profile" only when it hands a request out (exclude_unset)
+    @api.post(
+        "/v1/processes/{pid}/executions",
+        response_model=ExecutionAnswer,
+        response_model_exclude_unset=True,
+        responses=errors,
+        tags=["telemetry"],
+    )
     async def execution(pid: int, body: Execution, request: Request) -> dict[str, Any]:
         """A step graph starting on one of the process's NeuronCores (what it costs, how it ended).
         The answer carries the faults active on the process's cores."""
         return record(request, pid, [body])
 
     @api.post(
-        "/v1/processes/{pid}/executions/batch", response_model=ExecutionAnswer, responses=errors, tags=["telemetry"]
+        "/v1/processes/{pid}/executions/batch",
+        response_model=ExecutionAnswer,
+        response_model_exclude_unset=True,
+        responses=errors,
+        tags=["telemetry"],
     )
     async def execution_batch(pid: int, body: ExecutionBatch, request: Request) -> dict[str, Any]:
         """Several step graphs of the process, each with its own start (a replayed step). The answer

@@ -133,7 +133,6 @@ class DeviceRuntime:
         try:
             profiler = Profiler(self.env, lambda: trace_info(inventory, who, self.env))
         except ValueError as exc:
-            print(f"ERROR  NRT:nrt_init {exc}", file=sys.stderr, flush=True)
             raise NeuronRuntimeError("NRT_INVALID", str(exc)) from None
         return DeviceCapture(profiler, who, self.options, self._profile_done)
 

@@ -2,8 +2,69 @@
 
 from __future__ import annotations
 
-from emulator.runtime.execution import Execution
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
 from neurontools.contract.profile import ExecutedCollective, ProfiledExecution
+
+# The fields read of ``emulator.runtime.execution.Execution``, as protocols: the runtime imports
+# this package, so this package does not import the runtime (lint-imports: no cycles).
+
+
+class _Collective(Protocol):
+    @property
+    def kind(self) -> str: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def ranks(self) -> int: ...
+    @property
+    def nodes(self) -> int: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def link_bytes(self) -> Mapping[Any, int] | None: ...
+
+
+class _CoreMemory(Protocol):
+    @property
+    def constants(self) -> int: ...
+    @property
+    def model_code(self) -> int: ...
+    @property
+    def model_shared_scratchpad(self) -> int: ...
+    @property
+    def runtime_memory(self) -> int: ...
+    @property
+    def tensors(self) -> int: ...
+
+
+class _Memory(Protocol):
+    @property
+    def core(self) -> _CoreMemory | None: ...
+
+
+class Execution(Protocol):
+    """An execution as posted to the daemon (``emulator.runtime.execution.Execution``)."""
+
+    @property
+    def start(self) -> float: ...
+    @property
+    def device_seconds(self) -> float: ...
+    @property
+    def total_latency(self) -> float: ...
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def flops(self) -> int: ...
+    @property
+    def engines(self) -> Mapping[Any, float]: ...
+    @property
+    def collectives(self) -> Sequence[_Collective]: ...
+    @property
+    def memory(self) -> _Memory: ...
 
 
 def profiled_execution(

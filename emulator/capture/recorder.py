@@ -153,10 +153,6 @@ class Recorder:
         self._ops: list[RawOp] = []
         self.record = self._ops.append  # the device layer's fast path: append a ready RawOp
 
-    def __len__(self) -> int:
-        """Ops recorded so far in the current graph (where a collective sits in it)."""
-        return len(self._ops)
-
     def on_op(self, name: str, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         ins = _sig(args, [])
         if kwargs:

@@ -30,7 +30,7 @@ from typing import Any
 from emulator.parallel.plan_file import GraphEntry, RankPlan
 from emulator.parallel.schedule_files import PROFILE_REQUEST
 from emulator.profile.records import profiled_execution
-from emulator.profile.session_interim import Profiler
+from emulator.profile.session import Profiler
 from emulator.runtime.attach import RuntimeSession
 from emulator.runtime.execution import Execution
 from emulator.runtime.faults import NO_FAULTS, CoreFaults
@@ -73,6 +73,7 @@ class RankProfile:
         self._wanted: dict[Path, set[str]] = {}  # capture directory -> graph hashes it needs
         self._asked = False
         self._tid = threading.get_native_id()
+        self._cpu = _cpu_seconds(), time.monotonic()
 
     def _info(self) -> TraceInfo:
         """Who writes: the instance (the daemon's status; one request, at the first capture)."""
@@ -81,7 +82,6 @@ class RankProfile:
             instance_id, instance_type = str(status["instance_id"]), str(status["instance_type"])
         except (DaemonError, DaemonUnavailable, KeyError, TypeError):
             instance_id, instance_type = "i-unknown", "unknown"
-        settings = self.profiler.settings
         return TraceInfo(
             instance_id=instance_id,
             instance_type=instance_type,
@@ -89,8 +89,8 @@ class RankProfile:
             hostname=socket.gethostname(),
             clock_monotonic=time.monotonic(),
             clock_epoch=time.time(),
-            device_profile=settings.device if settings.enabled else "session",
-            system_profile=settings.system,
+            device_profile="off",  # each capture writes its own settings here
+            system_profile=False,
             ranks={str(p.core): p.rank for p in self.plans},
             world_size=self.plans[0].grid.world,
             command=" ".join(sys.argv),
@@ -150,11 +150,13 @@ class RankProfile:
             profile.add_execution(header, record)
             self._wanted.setdefault(profile.directory, set()).add(graph.graph_hash)
         host = graph.work.host_seconds
-        args = {"graph": name, "hash": graph.graph_hash, "step": step, "rank": plan.rank, "outcome": ex.outcome}
+        args = {"core": plan.core, "graph": graph.graph_hash, "model_id": graph.model.model_id, "outcome": ex.outcome}
+        args.update(name=name, step=step, rank=plan.rank)
         track = f"neuron_rt/NC:{plan.core}"
-        self.profiler.event(
-            SystemEvent("nrt_execute", name, ex.start - host, ex.total_latency, track, plan.core, None, args)
+        event = SystemEvent(
+            "nrt_execute", "nrt_execute", ex.start - host, ex.total_latency, track, plan.core, args=args
         )
+        self.profiler.event(event)
 
     def step_ends(self, step: int, start: float, end: float) -> None:
         """The step's span; the schedule files written so far; report the captures finished."""
@@ -162,6 +164,11 @@ class RankProfile:
             return
         track = f"framework/TID:{self._tid}"
         self.profiler.event(SystemEvent("step", f"ProfilerStep#{step}", start, end - start, track, args={"step": step}))
+        cpu, now = _cpu_seconds(), time.monotonic()
+        if now > self._cpu[1]:  # the process's CPU use since the last step's end
+            value = 100.0 * (cpu - self._cpu[0]) / (now - self._cpu[1])
+            self.profiler.event(SystemEvent("cpu_util", "cpu_util", end, track="cpu", value=value))
+        self._cpu = cpu, now
         self._copy_schedules(wait=0.0)
         for request, dirs, error in self.profiler.step_ends(step):
             missing = self._copy_schedules(wait=SCHEDULE_WAIT_S, only={Path(d) for d in dirs})
@@ -197,6 +204,14 @@ class RankProfile:
             self.session.client.post(f"/processes/{self.session.owner_pid}/profile/done", body)
 
     def close(self) -> None:
+        """The process ends: requests still open are reported failed (with what was captured)."""
         if self.profiler.active:
             self._copy_schedules(wait=SCHEDULE_WAIT_S)
+        for request, dirs, error in self.profiler.abandon():
+            self._report(request, dirs, error)
         self.profiler.close()
+
+
+def _cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system

@@ -176,7 +176,7 @@ def trace_stage(
         runtime_memory=int(RUNTIME.device_memory.base),
         code_overhead=runtime_model_code_overhead_bytes(core),
     )
-    recording = RecordingCommunicator(state, position=capture.recorder.__len__)
+    recording = RecordingCommunicator(state, position=capture.recorder.pending)
     hooks = device_tensor.hooks
     saved = (hooks.on_op, hooks.on_alloc, hooks.meta_mode, hooks.downcast, comm.communicator())
     hooks.on_op, hooks.on_alloc, hooks.meta_mode, hooks.downcast = capture.recorder.on_op, ledger.on_alloc, True, {}

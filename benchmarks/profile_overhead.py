@@ -1,0 +1,141 @@
+"""What profile capture (NEURON_RT_INSPECT_*) adds to a training step's host time.
+
+    python benchmarks/profile_overhead.py [--steps 30] [--rounds 3]
+
+1. gpt-tiny (real math, one process on one NeuronCore of an emulated trn1.32xlarge; the daemon,
+   compile cache and capture directories are a temporary ``Run``'s: emulated_job.py). Each variant
+   is one process training ``--steps`` steps: capture off; ``NEURON_RT_INSPECT_ENABLE=1`` (device
+   profile ``model``, the default: the first execution of each graph, system trace of every one);
+   the same with ``NEURON_RT_INSPECT_DEVICE_PROFILE=session`` (every execution). The variants
+   alternate, ``--rounds`` times, so a change in the machine's load hits them alike. Per step:
+   host time = the step's wall time minus the simulated device time the process waited for (what
+   the framework and the emulated runtime spent on the host); the first two steps (each compiles
+   or loads a graph) are left out; medians over all rounds. Target: capture / off <= 1.05 for
+   both modes. The wall time per step and the process's CPU time per step (user + system, from
+   one step's end to the next: less disturbed by a loaded machine) are printed beside it.
+2. The 32-rank GPT3-6.7B replay job with capture on: not measured yet (``replay_job`` below is
+   the place; another change fills it).
+
+Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from emulated_job import BenchError, Run, benchmark_parser, run_benchmark
+
+TARGET = 1.05
+WARMUP_STEPS = 2  # step 1 and 2 each compile (or load from the cache) a graph of their own
+VARIANTS: dict[str, dict[str, str]] = {
+    "off": {},
+    "model": {"NEURON_RT_INSPECT_ENABLE": "1"},
+    "session": {"NEURON_RT_INSPECT_ENABLE": "1", "NEURON_RT_INSPECT_DEVICE_PROFILE": "session"},
+}
+# (host, wall, CPU) seconds per step
+results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in VARIANTS}
+
+
+class CpuPerStep:
+    """A quiet progress reporter that notes the process's CPU seconds at each step's end."""
+
+    def __init__(self) -> None:
+        self.marks = [time.process_time()]
+
+    def start(self, header: object) -> None:
+        self.marks = [time.process_time()]
+
+    def step(self, stats: object) -> None:
+        self.marks.append(time.process_time())
+
+    def finish(self, result: object) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def worker(steps: int) -> None:
+    """One training process (``--worker``): gpt-tiny for ``steps`` steps, then one JSON line of
+    each step's (wall seconds, simulated device seconds, process CPU seconds)."""
+    from emulator.workloads import get_workload
+    from emulator.workloads.runner import RunConfig, XlaBackend, train
+
+    config = RunConfig.defaults(get_workload("gpt-tiny"), steps=steps)
+    cpu = CpuPerStep()
+    result = train(config, XlaBackend(), cpu)
+    cpu_steps = [b - a for a, b in zip(cpu.marks, cpu.marks[1:], strict=False)]
+    rows = [(s.wall_seconds, s.device_seconds or 0.0, c) for s, c in zip(result.steps, cpu_steps, strict=True)]
+    print(json.dumps(rows))
+
+
+def _one(run: Run, name: str, steps: int, round_: int) -> None:
+    extra = dict(VARIANTS[name])
+    if extra:
+        extra["NEURON_RT_INSPECT_OUTPUT_DIR"] = str(run.tmp / f"profile-{name}-{round_}")
+    argv = [sys.executable, __file__, "--worker", "--steps", str(steps)]
+    done = subprocess.run(argv, env=run.env(**extra), capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise BenchError(f"{name} run failed: {done.stderr.strip().splitlines()[-1:]}")
+    steps_seen = json.loads(done.stdout.strip().splitlines()[-1])
+    results[name] += [(wall - device, wall, cpu) for wall, device, cpu in steps_seen[WARMUP_STEPS:]]
+
+
+def gpt_tiny(run: Run, steps: int, rounds: int) -> None:
+    run.start_daemon()
+    for round_ in range(rounds):
+        for name in VARIANTS:
+            _one(run, name, steps, round_)
+            print(f"round {round_ + 1}/{rounds}: {name} done", file=sys.stderr)
+
+
+def replay_job(run: Run) -> None:
+    """Part 2, the 32-rank GPT3-6.7B TP8xDP4 replay job (``emulated_job.JOBS``) with and without
+    capture: to be filled in together with the replay ranks' capture."""
+
+
+def _median(name: str, column: int) -> float:
+    return statistics.median(row[column] for row in results[name])
+
+
+def report() -> None:
+    print(f"gpt-tiny, {len(results['off'])} steps per variant (after {WARMUP_STEPS} warm-up steps per run)")
+    row = "{:<10} {:>12} {:>12} {:>12} {:>11} {:>10}"
+    print(row.format("capture", "host ms/step", "wall ms/step", "CPU ms/step", "host ratio", "CPU ratio"))
+    for name in results:
+        host, wall, cpu = (_median(name, c) for c in range(3))
+        ratio, cpu_ratio = host / _median("off", 0), cpu / _median("off", 2)
+        figures = (f"{host * 1e3:.1f}", f"{wall * 1e3:.1f}", f"{cpu * 1e3:.1f}", f"{ratio:.3f}x", f"{cpu_ratio:.3f}x")
+        verdict = "" if name == "off" else ("  target met" if ratio <= TARGET else f"  over the {TARGET:.2f}x target")
+        print(row.format(name, *figures) + verdict)
+    print("part 2 (32-rank GPT3-6.7B replay with capture): not measured yet")
+
+
+def main() -> int:
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--steps", type=int, default=30, help="steps per training process (default 30)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the three variants (default 3)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.steps)
+        return 0
+    if args.steps <= WARMUP_STEPS or args.rounds < 1:
+        parser.error(f"--steps must exceed {WARMUP_STEPS} and --rounds be at least 1")
+
+    def body(run: Run) -> None:
+        gpt_tiny(run, args.steps, args.rounds)
+        replay_job(run)
+
+    return run_benchmark("profile_overhead", "nt-profile-", body, report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -147,7 +147,7 @@ def _rendezvous(plan: JobPlan, targets: NodeTargets) -> Rendezvous:
 class _Ranks:
     """This launcher's rank processes (each driving one rank, or a group of a node's ranks), their
     logs, and the lockstep protocol with them. ``schedules``: the graphs' schedule files, which a
-    rank that profiles asks for (its line ``profile``: schedule_files.py)."""
+    rank that profiles asks for (``step N END profile``: schedule_files.py)."""
 
     def __init__(self, groups: list[list[RankPlace]], schedules: ScheduleFiles | None = None) -> None:
         self.groups = groups
@@ -192,12 +192,12 @@ class _Ranks:
                 stdout = self.procs[i].stdout
                 assert stdout is not None
                 line = stdout.readline().split()
-                if len(line) == 3 and line[0] == "step" and int(line[1]) == step:
+                if len(line) in (3, 4) and line[0] == "step" and int(line[1]) == step:
                     for place in self.groups[i]:
                         ends[place.rank] = float(line[2])
                     del pending[fd]
-                elif line == [PROFILE_REQUEST] and self.schedules is not None:
-                    self.schedules.request({place.pp_rank for place in self.groups[i]})
+                    if line[3:] == [PROFILE_REQUEST] and self.schedules is not None:  # the rank profiles
+                        self.schedules.request({place.pp_rank for place in self.groups[i]})
                 elif not line:  # end of output: the process is gone
                     self.procs[i].wait()
                     raise _RankLost(self.groups[i], self.procs[i].returncode)

@@ -8,7 +8,7 @@ world size, node, core, and each collective's replica group — global ranks and
 the rank grid —, link, algorithm, bus bandwidth and healthy seconds from the job's collective
 cost, all in the plan file), the system events (``nrt_execute`` per execution, ``ProfilerStep#N``
 per step), and each graph's schedule file, copied from the job's directory once the launcher has
-written it (``schedule_files.py``: the rank asks with a line ``profile`` on stdout). Nothing here
+written it (``schedule_files.py``: the rank asks in its ``step N END`` line). Nothing here
 runs while nobody profiles but one counter per execution; the work happens while the rank would
 otherwise sleep until its step ends, so profiling keeps the planned timeline.
 """
@@ -71,7 +71,7 @@ class RankProfile:
         self._numbers: Counter[tuple[str, int]] = Counter()
         self._headers: dict[tuple[str, int], DeviceProfileHeader] = {}
         self._wanted: dict[Path, set[str]] = {}  # capture directory -> graph hashes it needs
-        self._asked = False
+        self._asked = self._told = False
         self._tid = threading.get_native_id()
         self._cpu = _cpu_seconds(), time.monotonic()
 
@@ -109,11 +109,17 @@ class RankProfile:
             self._ask_for_schedules()
 
     def _ask_for_schedules(self) -> None:
-        """Ask the launcher for the graphs' schedule files (once; it wrote them already under
-        NEURON_RT_INSPECT_ENABLE=1)."""
-        if not self._asked:
-            self._asked = True
-            print(PROFILE_REQUEST, flush=True)
+        self._asked = True
+
+    def end_line(self) -> str:
+        """What the step's ``step N END`` line says after its end time: `` profile`` once a capture
+        is on (the launcher writes the graphs' schedule files, if it did not already under
+        NEURON_RT_INSPECT_ENABLE=1). One line per step: the launcher reads the ranks' pipes line
+        by line with ``select``, which does not see a second line already buffered."""
+        if self._asked and not self._told:
+            self._told = True
+            return " " + PROFILE_REQUEST
+        return ""
 
     def executed(self, step: int, executions: list[Execution], faults: Mapping[int, CoreFaults]) -> None:
         """The step's executions as posted (in plan order; ``faults``: those they were built with)."""

@@ -216,7 +216,7 @@ def _steps(
         end = start + length + delay
         heard = _sleep_listening(session, end)
         if heard is None:
-            print(f"step {step} {end!r}", flush=True)
+            print(f"step {step} {end!r}{profile.end_line()}", flush=True)
             profile.step_ends(step, start, end)  # while the launcher gathers the ranks' ends
             if step == first.steps:
                 break

@@ -4,9 +4,9 @@ The tracer builds each graph's :class:`~neurontools.contract.profile.GraphSchedu
 (``tracer.py``: about 2 % of the tracing time); writing one is a gzip JSON file (a GPT3-6.7B
 TP8xDP4 stage: four graphs, 107 kB, about 0.1 s). The launcher writes them next to the job plan
 only when a rank may profile: before the ranks start when ``NEURON_RT_INSPECT_ENABLE=1`` (every
-rank profiles from its first step), else when a rank first asks (its line ``profile`` on stdout:
-the daemon asked it to profile, docs/profiling.md §Profiling a running process), in a thread so the
-lockstep goes on. The ranks copy a graph's file into their capture directory when it is there
+rank profiles from its first step), else when a rank first asks (its step line ``step N END profile``
+on stdout: the daemon asked it to profile, docs/profiling.md §Profiling a running process), in a
+thread so the lockstep goes on. The ranks copy a graph's file into their capture directory when it is there
 (``rank_profile.py``); they never import torch or build a schedule themselves.
 """
 
@@ -21,7 +21,7 @@ from neurontools.contract.profile import GraphSchedule, neff_file, write_graph
 if TYPE_CHECKING:
     from emulator.parallel.job import JobPlan
 
-PROFILE_REQUEST = "profile"  # a rank's line on stdout: write its stages' schedule files
+PROFILE_REQUEST = "profile"  # after a rank's ``step N END``: write its stages' schedule files
 
 
 class ScheduleFiles:

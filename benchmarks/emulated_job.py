@@ -332,12 +332,15 @@ class Run:
 
     # the job
 
-    def start_job(self, job: Job, steps: int, *, cache: str = "compile-cache") -> JobRun:
+    def start_job(
+        self, job: Job, steps: int, *, cache: str = "compile-cache", extra_env: dict[str, str] | None = None
+    ) -> JobRun:
         """Start ``neuron-emulator run`` for ``job`` and return at once (see ``wait_started``).
-        ``cache`` names the compile-cache directory inside the run's directory."""
+        ``cache`` names the compile-cache directory inside the run's directory; ``extra_env``:
+        more variables for the job (e.g. ``NEURON_RT_INSPECT_ENABLE``)."""
         if self.job is not None:
             raise BenchError("a job is already running")
-        env = self.env(NEURON_COMPILE_CACHE_URL=str(self.tmp / cache))
+        env = self.env(NEURON_COMPILE_CACHE_URL=str(self.tmp / cache), **(extra_env or {}))
         log = self.tmp / f"{job.key}.log"
         started, started_wall = time.monotonic(), time.time()
         launcher = self.spawn(job.run_argv(steps), f"{job.key}.stderr.log", env=env, stdout=subprocess.PIPE, text=True)

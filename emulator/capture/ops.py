@@ -48,3 +48,5 @@ class CollectiveRecord:
     nbytes: int  # as nccom-test sizes it: all-reduce, broadcast, send the buffer; all-gather the output
     cores: tuple[int, ...]  # the group's global NeuronCore ids (node * cores per node + core), group order
     concurrent: tuple[tuple[int, ...], ...] = ()  # the other groups doing the same collective at the same time
+    ranks: tuple[int, ...] = ()  # the group's global ranks (a profile's replica group)
+    after_op: int | None = None  # ops captured in the step before it (None: not known, after the last)

@@ -162,6 +162,10 @@ class Recorder:
         flops = 0 if formula is None else flops_of(func, formula, in_sig, out_sig, args, kwargs, out)
         self._ops.append((name, in_sig, out_sig, flops))
 
+    def pending(self) -> int:
+        """Ops recorded since the last :meth:`take_graph` (where a collective sits in the step)."""
+        return len(self._ops)
+
     def take_graph(self) -> CapturedGraph:
         """The ops recorded since the last call (the step graph), and start a new one."""
         ops = self._ops

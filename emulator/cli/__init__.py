@@ -24,7 +24,7 @@ USAGE_STATUS = 2  # a flag that cannot be used (UsageError): argparse's exit sta
 
 def _adders() -> tuple[Callable[[Any], dict[str, Handler]], ...]:
     """Each command's ``add(subparsers) -> handlers``, in the order ``--help`` lists them."""
-    from emulator.cli import bench, cluster, daemon, demo, exec, fault, run, workloads
+    from emulator.cli import bench, cluster, daemon, demo, exec, fault, profile_graph, run, workloads
 
     return (
         daemon.add_up,
@@ -36,6 +36,7 @@ def _adders() -> tuple[Callable[[Any], dict[str, Handler]], ...]:
         daemon.add_down_status,
         demo.add,
         fault.add,
+        profile_graph.add,
     )
 
 

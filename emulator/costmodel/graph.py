@@ -51,6 +51,14 @@ class GraphCost:
     device_op_count: int  # ops that cost time (not views / allocations)
     unknown_ops: tuple[str, ...]  # normalized names costed with the unknown-op default
     ops: tuple[OpCost, ...]
+    efficiency: float = COMPILER_EFFICIENCY  # every op time above is the per-op model's / this
+
+    def op_spans(self) -> list[tuple[float, float]]:
+        """``(start, end)`` of each op on its engine, seconds from the graph's start: the schedule
+        of the module docstring, each op busy for its own time (an engine then waits, if at all,
+        for the producer's last tile); a free op is ``(t, t)``."""
+        e = self.efficiency
+        return [(start / e, (start + c.seconds) / e) for (start, _), c in zip(spans(self.ops), self.ops, strict=True)]
 
     def utilization(self, engine: str) -> float:
         """Busy fraction of an engine during the graph (0..1)."""
@@ -66,12 +74,15 @@ class GraphCost:
 _SLOT: dict[Engine, Engine] = {Engine.GPSIMD: Engine.VECTOR}
 
 
-def schedule(costs: Sequence[OpCost]) -> float:
-    """End time of the pipelined chain of ``costs`` (see module docstring)."""
+def spans(costs: Sequence[OpCost]) -> list[tuple[float, float]]:
+    """``(start, end)`` of each op of the pipelined chain of ``costs`` (see module docstring);
+    ``(t, t)`` for a free op, at the end of the op before it."""
     free: dict[Engine, float] = {}
     prev_start = prev_first = prev_end = 0.0
+    out: list[tuple[float, float]] = []
     for c in costs:
         if c.seconds == 0:
+            out.append((prev_end, prev_end))
             continue
         slot = _SLOT.get(c.engine, c.engine)
         tile = (c.seconds - c.overhead_seconds) / c.tiles
@@ -79,7 +90,14 @@ def schedule(costs: Sequence[OpCost]) -> float:
         end = max(start + c.seconds, prev_end + tile)
         free[slot] = end
         prev_start, prev_first, prev_end = start, c.overhead_seconds + tile, end
-    return prev_end
+        out.append((start, end))
+    return out
+
+
+def schedule(costs: Sequence[OpCost]) -> float:
+    """End time of the pipelined chain of ``costs`` (see module docstring)."""
+    chain = spans(costs)
+    return chain[-1][1] if chain else 0.0
 
 
 def cost_graph(
@@ -111,4 +129,5 @@ def cost_graph(
         device_op_count=sum(1 for c in costs if c.seconds > 0),
         unknown_ops=tuple(sorted({c.name for c in costs if not c.known})),
         ops=costs,
+        efficiency=efficiency,
     )

@@ -288,18 +288,27 @@ def streamed_elements(op: OpRecord, cls: OpClass) -> int:
     return max(sum(t.numel for t in op.inputs), sum(t.numel for t in _written(op, cls)))
 
 
-def hbm_bytes(op: OpRecord, cls: OpClass, options: CostOptions = DEFAULT_OPTIONS) -> int:
-    """HBM bytes read + written by an op (auto-cast ``all`` shrinks FP32 tensors)."""
+def hbm_read_write(op: OpRecord, cls: OpClass, options: CostOptions = DEFAULT_OPTIONS) -> tuple[int, int]:
+    """HBM bytes an op reads and writes (auto-cast ``all`` shrinks FP32 tensors). A host transfer
+    writes HBM (to the device) or reads it (to the host); an on-device copy does both."""
     if cls.kind is OpKind.FREE:
-        return 0
+        return 0, 0
     written = sum(device_nbytes(t, options) for t in _written(op, cls))
     if cls.kind is OpKind.GATHER:  # index tensors + the gathered rows, read once and written once
-        return sum(device_nbytes(t, options) for t in op.inputs[1:]) + 2 * written
+        return sum(device_nbytes(t, options) for t in op.inputs[1:]) + written, written
     if cls.kind is OpKind.COPY:
-        return 2 * _moved_bytes(op, cls, options)
+        moved = _moved_bytes(op, cls, options)
+        return moved, moved
     if cls.kind is OpKind.HOST_COPY:
-        return _moved_bytes(op, cls, options)
-    return sum(device_nbytes(t, options) for t in op.inputs) + written
+        moved = _moved_bytes(op, cls, options)
+        return (0, moved) if normalize_op_name(op.name).endswith("host_to_device") else (moved, 0)
+    return sum(device_nbytes(t, options) for t in op.inputs), written
+
+
+def hbm_bytes(op: OpRecord, cls: OpClass, options: CostOptions = DEFAULT_OPTIONS) -> int:
+    """HBM bytes read + written by an op."""
+    read, write = hbm_read_write(op, cls, options)
+    return read + write
 
 
 def _moved_bytes(op: OpRecord, cls: OpClass, options: CostOptions) -> int:

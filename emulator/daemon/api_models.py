@@ -212,8 +212,55 @@ class FaultAnswer(FaultState):
     hardware_counters: list[dict[str, int]] = Field(default_factory=list)
 
 
+# -- profiling a running process (docs/profiling.md) --------------------------------------------
+MAX_PROFILE_STEPS = 10_000
+
+
+class ProfileBody(BaseModel):
+    """Capture the next ``steps`` steps of a process into ``output_dir`` (an absolute path)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(ge=1, le=MAX_PROFILE_STEPS, description="steps to capture, from the process's next one")
+    output_dir: str = Field(
+        min_length=1, max_length=4096, pattern=r"^/[^\x00]*$", description="absolute directory the process writes into"
+    )
+
+
+class ProfileDone(BaseModel):
+    """A process reports the capture it was asked for: its capture directories, or why it failed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: int = Field(ge=1, le=MAX_COUNT)
+    dirs: list[Annotated[str, Field(max_length=4096)]] = Field(default_factory=list, max_length=1024)
+    error: str | None = Field(None, max_length=4096)
+
+
+class ProfileDirective(BaseModel):
+    """A profile request handed to the process in an execution answer (once)."""
+
+    id: int
+    steps: int
+    output_dir: str
+
+
+class ProfileState(BaseModel):
+    """A process's latest profile request."""
+
+    pid: int
+    id: int
+    state: Literal["pending", "capturing", "done", "failed"]
+    steps: int
+    output_dir: str
+    dirs: list[str] = Field(default_factory=list, description="the capture directories written (when done)")
+    error: str | None = Field(None, description="why the capture failed (when failed)")
+
+
 class ExecutionAnswer(BaseModel):
     """The daemon's answer to an execution report: the faults active on the process's cores,
-    which the process applies from its next execution on (docs/faults.md)."""
+    which the process applies from its next execution on (docs/faults.md); once, a profile
+    request for the process (docs/profiling.md)."""
 
     faults: FaultState
+    profile: ProfileDirective | None = None

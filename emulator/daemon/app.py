@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from emulator.daemon.faults import FaultTable
 from emulator.daemon.registry import ClaimError, Registry
-from emulator.daemon.routes import executions, faults, processes, status
+from emulator.daemon.routes import executions, faults, processes, profile, status
 from emulator.daemon.routes.context import Daemon, DaemonInfo, error
 from emulator.daemon.security import Access, BearerTokenMiddleware
 from emulator.daemon.telemetry import Telemetry
@@ -52,7 +52,7 @@ def create_app(
     app.add_middleware(BearerTokenMiddleware, access=daemon.access)  # TCP: 401 without the bearer token
     app.add_middleware(RequestLimits)  # 413/414 for oversized bodies and targets (docs/fuzzing.md)
     _install_error_handlers(app)
-    for resource in (status, processes, executions, faults):
+    for resource in (status, processes, executions, faults, profile):
         app.include_router(resource.router(daemon))
     return app
 
@@ -67,6 +67,7 @@ def _reaping(daemon: Daemon, interval: float) -> Callable[[FastAPI], contextlib.
                 await asyncio.sleep(interval)
                 for proc in daemon.registry.reap():
                     daemon.telemetry.forget(proc.pid)
+                    daemon.profiles.gone(proc.pid, "the process exited")
 
         task = asyncio.create_task(reaper())
         try:

@@ -21,6 +21,7 @@ all-reduce the buffer, all-gather the gathered output, reduce-scatter the input,
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -35,6 +36,9 @@ class CollectiveCall:
     kind: str  # all_reduce, all_gather, reduce_scatter, send
     group: str  # tp, dp, pp
     nbytes: int  # sized as nccom-test sizes it (see module docstring)
+    # ops captured in the graph before it (its place in the profile's timeline); not part of what
+    # the call is: equal calls cost the same wherever they sit (emulator/parallel/job.py)
+    after_op: int = field(default=-1, compare=False)
 
 
 class Communicator(Protocol):
@@ -57,11 +61,12 @@ class RecordingCommunicator:
 
     state: ParallelState
     calls: list[CollectiveCall] = field(default_factory=list)
+    position: Callable[[], int] = lambda: -1  # ops captured so far in the current graph
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def collective(self, kind: str, group: str, tensor: torch.Tensor, nbytes: int) -> None:
         with self._lock:  # backward runs on autograd's thread
-            self.calls.append(CollectiveCall(kind, group, nbytes))
+            self.calls.append(CollectiveCall(kind, group, nbytes, self.position()))
 
     def all_reduce(self, t: torch.Tensor, group: str, op: str) -> torch.Tensor:
         self.collective("all_reduce", group, t, _nbytes(t))

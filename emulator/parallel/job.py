@@ -38,6 +38,7 @@ class CollectiveCost:
     nodes: int
     seconds: float
     link_bytes: dict[str, int]  # bytes each member core sends, by link type
+    bus_bandwidth: float = 0.0  # bytes/s the ring achieved, as nccom-test reports busbw
 
 
 @dataclass(frozen=True)
@@ -251,7 +252,7 @@ def _stage_cost(
             spanned = len({places[r].node for r in group})
             c = cost_group_collective(call.kind, call.nbytes, group, instance, concurrent=members, nodes=config.nodes)
             entry = CollectiveCost(
-                call.kind, call.group, call.nbytes, len(group), spanned, c.seconds, dict(c.link_bytes)
+                call.kind, call.group, call.nbytes, len(group), spanned, c.seconds, dict(c.link_bytes), c.bandwidth
             )
             if worst is None or entry.seconds > worst.seconds:
                 worst = entry

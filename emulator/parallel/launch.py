@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,9 +44,11 @@ from emulator.parallel.rendezvous import (
     new_job_id,
     peer_timeout,
 )
+from emulator.parallel.schedule_files import PROFILE_REQUEST, ScheduleFiles
 from emulator.runtime.compile_cache import CompileCache, LoadedModel, cache_settings
 from emulator.workloads.errors import ERROR_PREFIX, report_error
 from emulator.workloads.summary import number_ranges
+from neurontools.contract.profile import inspect_settings
 
 READY_TIMEOUT_S = 120.0  # 32 ranks starting on a 2-vCPU host take a few seconds
 
@@ -143,12 +146,31 @@ def _rendezvous(plan: JobPlan, targets: NodeTargets) -> Rendezvous:
 
 class _Ranks:
     """This launcher's rank processes (each driving one rank, or a group of a node's ranks), their
-    logs, and the lockstep protocol with them."""
+    logs, and the lockstep protocol with them. ``schedules``: the graphs' schedule files, which a
+    rank that profiles asks for (``step N END profile``: schedule_files.py)."""
 
-    def __init__(self, groups: list[list[RankPlace]]) -> None:
+    def __init__(self, groups: list[list[RankPlace]], schedules: ScheduleFiles | None = None) -> None:
         self.groups = groups
         self.procs: list[subprocess.Popen] = []
         self.logs: list[Path] = []
+        self.schedules = schedules
+
+    def start(self, plan: JobPlan, flags: Sequence[str], workdir: Path, envs: list[dict[str, str]]) -> None:
+        """Start one replay process per group, each with its environment and its log."""
+        for group, rank_env in zip(self.groups, envs, strict=True):
+            log = workdir / f"rank{group[0].rank}.log"
+            self.logs.append(log)
+            with open(log, "w") as err:
+                self.procs.append(
+                    subprocess.Popen(
+                        rank_command(plan.model, flags),
+                        env=rank_env,
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=err,
+                        text=True,
+                    )
+                )
 
     def send(self, line: str, only: list[int] | None = None) -> None:
         for i, p in enumerate(self.procs):
@@ -170,10 +192,12 @@ class _Ranks:
                 stdout = self.procs[i].stdout
                 assert stdout is not None
                 line = stdout.readline().split()
-                if len(line) == 3 and line[0] == "step" and int(line[1]) == step:
+                if len(line) in (3, 4) and line[0] == "step" and int(line[1]) == step:
                     for place in self.groups[i]:
                         ends[place.rank] = float(line[2])
                     del pending[fd]
+                    if line[3:] == [PROFILE_REQUEST] and self.schedules is not None:  # the rank profiles
+                        self.schedules.request({place.pp_rank for place in self.groups[i]})
                 elif not line:  # end of output: the process is gone
                     self.procs[i].wait()
                     raise _RankLost(self.groups[i], self.procs[i].returncode)
@@ -215,31 +239,25 @@ def _launch(
 ) -> int:
     models, compile_seconds = load_models(plan, env)
     local = [p for p in plan.places if p.node in targets.addresses]
-    ranks = _Ranks(rank_groups(local, ranks_per_process))
     try:
+        profiling = inspect_settings(env).enabled
         rdzv = _rendezvous(plan, targets)
-    except JobAborted as exc:
+    except (JobAborted, ValueError) as exc:
         report_error(str(exc))
         return 1
     workdir = Path(tempfile.mkdtemp(prefix="neuron-emulator-job-"))
     plan_path = workdir / "plan.json"
+    schedules = ScheduleFiles(plan, workdir / "profile")
+    ranks = _Ranks(rank_groups(local, ranks_per_process), schedules)
     try:
-        write_plan(plan_document(plan, steps=steps, models=models, compile_seconds=compile_seconds), plan_path)
-        for group in ranks.groups:
-            log = workdir / f"rank{group[0].rank}.log"
-            ranks.logs.append(log)
-            rank_env = _rank_env(plan, group, env, targets, job_id=rdzv.job_id, plan_path=plan_path)
-            with open(log, "w") as err:
-                ranks.procs.append(
-                    subprocess.Popen(
-                        rank_command(plan.model, flags),
-                        env=rank_env,
-                        stdin=subprocess.PIPE,
-                        stdout=subprocess.PIPE,
-                        stderr=err,
-                        text=True,
-                    )
-                )
+        document = plan_document(
+            plan, steps=steps, models=models, compile_seconds=compile_seconds, profile_dir=str(schedules.directory)
+        )
+        write_plan(document, plan_path)
+        if profiling:  # NEURON_RT_INSPECT_ENABLE=1: every rank profiles from its first step
+            schedules.write({p.pp_rank for p in local})
+        envs = [_rank_env(plan, g, env, targets, job_id=rdzv.job_id, plan_path=plan_path) for g in ranks.groups]
+        ranks.start(plan, flags, workdir, envs)
         if not _wait_ready(ranks.procs):
             message = _first_error(ranks.logs) or "a rank exited before attaching to its NeuronCore"
             rdzv.abort(f"node {sorted(targets.addresses)[0]}: {message}")
@@ -256,13 +274,18 @@ def _launch(
         return _fail_job(ranks, str(exc))
     finally:
         _kill_all(ranks.procs)
-        for p in ranks.procs:
-            for stream in (p.stdin, p.stdout):
-                if stream is not None:
-                    stream.close()
-        for path in [*ranks.logs, plan_path]:
-            path.unlink(missing_ok=True)
-        workdir.rmdir()
+        _clean_up(ranks, workdir)
+
+
+def _clean_up(ranks: _Ranks, workdir: Path) -> None:
+    """Close the ranks' pipes; remove the plan, the logs and the schedule files."""
+    for p in ranks.procs:
+        for stream in (p.stdin, p.stdout):
+            if stream is not None:
+                stream.close()
+    if ranks.schedules is not None:
+        ranks.schedules.join()
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _rank_env(

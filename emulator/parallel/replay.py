@@ -22,12 +22,13 @@ import select
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import Any
 
 from emulator.lifecycle import die_with_parent, launcher_pid
 from emulator.parallel.plan_file import JOB_PLAN_ENV, RANKS_ENV, GraphEntry, RankPlan, load_rank_plan
+from emulator.parallel.rank_profile import RankProfile
 from emulator.runtime.attach import RuntimeSession, attach, detach
 from emulator.runtime.errors import NeuronRuntimeError
 from emulator.runtime.execution import (
@@ -126,10 +127,16 @@ def batches(bodies: list[dict[str, Any]], limit: int = REPLAY_BATCH_BYTES) -> It
         yield post
 
 
-def _post(session: RuntimeSession, executions: list[Execution], faults: dict[int, CoreFaults]) -> dict[int, CoreFaults]:
+def _post(
+    session: RuntimeSession,
+    executions: list[Execution],
+    faults: dict[int, CoreFaults],
+    on_answer: Callable[[dict[str, Any]], None] = lambda answer: None,
+) -> dict[int, CoreFaults]:
     """Send the step's executions; training goes on without a daemon (docs/lifecycle.md).
     Returns the faults the daemon answered for each of the process's cores (``faults``: those
-    known so far), which the ranks apply from their next step (docs/faults.md)."""
+    known so far), which the ranks apply from their next step (docs/faults.md); ``on_answer``
+    sees each answer (a profile request: docs/profiling.md)."""
     for post in batches([ex.to_wire() for ex in executions]):
         try:
             answer = session.client.post(f"/processes/{session.owner_pid}/executions/batch", {"executions": post})
@@ -143,6 +150,7 @@ def _post(session: RuntimeSession, executions: list[Execution], faults: dict[int
             continue
         cores = faults or sorted({ex.core for ex in executions})
         faults = {core: CoreFaults.from_answer(answer, core) for core in cores}
+        on_answer(answer)
     return faults
 
 
@@ -176,7 +184,17 @@ def run(plans: list[RankPlan]) -> int:
         return 0
     if line.startswith("abort"):  # another node could not start its ranks
         raise NeuronRuntimeError("NRT_TIMEOUT", f"{_who(plans)}: the job did not start: {line[5:].strip()}")
-    t0 = float(line)
+    profile = RankProfile(session, plans, os.environ)
+    try:
+        return _steps(session, plans, counts, float(line), profile)
+    finally:
+        profile.close()
+
+
+def _steps(
+    session: RuntimeSession, plans: list[RankPlan], counts: CompileCacheCounter, t0: float, profile: RankProfile
+) -> int:
+    """The job's steps from its start ``t0`` (see :func:`run`)."""
     first = plans[0]
     start = t0 + first.compile_seconds  # every rank waits for the slowest stage's compile
     faults: dict[int, CoreFaults] = {}
@@ -185,6 +203,7 @@ def run(plans: list[RankPlan]) -> int:
             failure = _failed(session, plan, step, faults.get(plan.core, NO_FAULTS), counts)
             if failure is not None:
                 raise failure
+        profile.step_begins(step)
         length = first.first_step_seconds if step == 1 else first.step_seconds
         executions: list[Execution] = []
         delay = 0.0
@@ -192,11 +211,13 @@ def run(plans: list[RankPlan]) -> int:
             mine, late = _executions(plan, step, start, counts, faults.get(plan.core, NO_FAULTS))
             executions += mine
             delay = max(delay, late)
-        faults = _post(session, executions, faults)
+        used, faults = faults, _post(session, executions, faults, profile.on_answer)
+        profile.executed(step, executions, used)
         end = start + length + delay
         heard = _sleep_listening(session, end)
         if heard is None:
-            print(f"step {step} {end!r}", flush=True)
+            print(f"step {step} {end!r}{profile.end_line()}", flush=True)
+            profile.step_ends(step, start, end)  # while the launcher gathers the ranks' ends
             if step == first.steps:
                 break
             heard = _wait_line(session, deadline=None) or ""

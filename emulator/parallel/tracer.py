@@ -38,8 +38,11 @@ from emulator.hardware.neuroncore_v2 import RUNTIME, NeuronCoreV2Spec
 from emulator.parallel import comm
 from emulator.parallel.comm import CollectiveCall, RecordingCommunicator
 from emulator.parallel.ranks import ParallelState
+from emulator.profile.graphs import graph_schedule
 from emulator.runtime.compile_cache import graph_hash
 from emulator.runtime.memory import MemoryLedger
+from neurontools.contract.profile import CollectiveCall as ProfileCall
+from neurontools.contract.profile import GraphSchedule
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,9 @@ class TracedGraph:
     compile_seconds: float
     code_bytes: int
     collectives: tuple[CollectiveCall, ...]
+    # the profile's schedule file of the graph (emulator/profile/graphs.py): its ops where the
+    # cost model put them and its collectives at their places
+    schedule: GraphSchedule | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -110,9 +116,11 @@ class _Capture:
         ops = captured.ops()
         cost = cost_graph(ops, self.options, self.core)
         compiled = compile_cost(ops)
+        digest = graph_hash(ops)
+        calls = tuple(comm_.take())
         graph = TracedGraph(
             name=name,
-            graph_hash=graph_hash(ops),
+            graph_hash=digest,
             ops=len(ops),
             device_ops=cost.device_op_count,
             compute_seconds=cost.device_seconds,
@@ -121,7 +129,8 @@ class _Capture:
             hbm_bytes=int(cost.hbm_bytes),
             compile_seconds=compiled.seconds,
             code_bytes=compiled.model_code_bytes,
-            collectives=tuple(comm_.take()),
+            collectives=calls,
+            schedule=graph_schedule(name, digest, ops, cost, [_call(c) for c in calls], self.options),
         )
         self.graphs[name] = graph
         return graph
@@ -129,6 +138,11 @@ class _Capture:
     def discard(self, comm_: RecordingCommunicator) -> None:
         self.recorder.take_graph()
         comm_.take()
+
+
+def _call(call: CollectiveCall) -> ProfileCall:
+    """A traced collective as the profile's schedule file names it (at its place in the graph)."""
+    return ProfileCall(after_op=max(0, call.after_op), kind=call.kind, bytes=call.nbytes, group=call.group)
 
 
 BuildStage = Callable[[], nn.Module]
@@ -162,7 +176,7 @@ def trace_stage(
         runtime_memory=int(RUNTIME.device_memory.base),
         code_overhead=runtime_model_code_overhead_bytes(core),
     )
-    recording = RecordingCommunicator(state)
+    recording = RecordingCommunicator(state, position=capture.recorder.pending)
     hooks = device_tensor.hooks
     saved = (hooks.on_op, hooks.on_alloc, hooks.meta_mode, hooks.downcast, comm.communicator())
     hooks.on_op, hooks.on_alloc, hooks.meta_mode, hooks.downcast = capture.recorder.on_op, ledger.on_alloc, True, {}

@@ -5,12 +5,16 @@ loaded in this process, and the on-disk Neuron Persistent Cache shared across ru
 (``NEURON_COMPILE_CACHE_URL``, ``--cache_dir`` in ``NEURON_CC_FLAGS``, default
 ``/var/tmp/neuron-compile-cache``; ``--no_cache`` turns it off). The disk layout is the real
 one, ``neuronxcc-<version>/MODULE_<graph-hash>+<flags-hash>/`` with ``compile_flags.json`` and
-``model.done``; the emulator stores a JSON summary of the graph instead of a NEFF binary.
+``model.done``; the emulator stores a JSON summary of the graph instead of a NEFF binary, and the
+graph's op records (``model.ops.json.gz``), from which ``neuron-emulator profile-graph`` replays it
+(docs/profiling.md). A model-scale job's graphs are stored without them (its ops are traced on
+``meta`` once and not kept).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import json
 import shlex
@@ -18,13 +22,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from emulator.capture.ops import OpRecord
+from emulator.capture.ops import OpRecord, TensorMeta
 from emulator.runtime.execution import CompileCacheCounter, ModelRef
 
 COMPILER_VERSION = "2.14.227.0"  # emulated neuronx-cc (docs/reference/trn1-runtime.md §Version strings of the examples)
 DEFAULT_CACHE_DIR = "/var/tmp/neuron-compile-cache"
 EXTRACTED = "model.hlo.json"  # a graph extracted for ahead-of-time compilation, not compiled yet
 FIRST_MODEL_ID = 10001  # runtime-assigned model ids start here (docs/reference/neuron-monitor.md §memory_used)
+OPS_FILE = "model.ops.json.gz"  # the graph's op records
+OPS_FORMAT = "neuron-emulator-ops"
 
 
 def graph_hash(ops: Sequence[OpRecord]) -> str:
@@ -121,6 +127,7 @@ class CompileCache:
             (module / "compile_flags.json").write_text(json.dumps(shlex.split(self.flags) if self.flags else []))
             summary = {"graph_hash": digest, "ops": len(ops), "model_code_bytes": code_bytes}
             (module / "model.json").write_text(json.dumps(summary))
+            write_ops(module, ops)
             (module / "model.done").touch()
 
     # -- ahead-of-time compilation (neuron_parallel_compile: docs/run-your-script.md) ---------
@@ -140,6 +147,7 @@ class CompileCache:
                 "flags": shlex.split(self.flags) if self.flags else [],
             }
             (module / EXTRACTED).write_text(json.dumps(summary))
+            write_ops(module, ops)
         return module / EXTRACTED
 
     def load(self, digest: str, ops: Sequence[OpRecord], code_bytes: int) -> LoadedModel:
@@ -154,3 +162,58 @@ class CompileCache:
         self._next_id += 1
         self._loaded[digest] = model
         return model
+
+
+# -- the op records of a cached graph -------------------------------------------------------------
+
+
+def _meta(t: TensorMeta) -> list:
+    return [list(t.shape), t.dtype, t.nbytes]
+
+
+def write_ops(module: Path, ops: Sequence[OpRecord]) -> None:
+    """Keep the graph's op records in its module directory (gzip JSON; none: nothing written)."""
+    if not ops:
+        return
+    rows = [[op.name, [_meta(t) for t in op.inputs], [_meta(t) for t in op.outputs], op.flops] for op in ops]
+    tmp = module / (OPS_FILE + ".tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8") as out:
+        json.dump({"format": OPS_FORMAT, "version": 1, "ops": rows}, out, separators=(",", ":"))
+    tmp.replace(module / OPS_FILE)
+
+
+def read_ops(module: Path) -> list[OpRecord] | None:
+    """The op records kept with a cached graph; None when it has none (or they are unreadable)."""
+    try:
+        with gzip.open(module / OPS_FILE, "rt", encoding="utf-8") as f:
+            data = json.load(f)
+        if data.get("format") != OPS_FORMAT or data.get("version") != 1:
+            return None
+        return [
+            OpRecord(
+                str(name),
+                tuple(TensorMeta(tuple(s), str(d), int(n)) for s, d, n in ins),
+                tuple(TensorMeta(tuple(s), str(d), int(n)) for s, d, n in outs),
+                int(flops),
+            )
+            for name, ins, outs, flops in data["ops"]
+        ]
+    except (OSError, EOFError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def cached_graphs(cache_dir: Path, prefix: str) -> dict[str, Path]:
+    """Graph hash -> module directory of every compiled graph in the cache whose hash starts
+    with ``prefix`` (any compiler flags)."""
+    root = cache_dir / f"neuronxcc-{COMPILER_VERSION}"
+    found: dict[str, Path] = {}
+    if not root.is_dir():
+        return found
+    for module in sorted(root.glob(f"MODULE_{prefix[:20]}*")):
+        try:
+            digest = str(json.loads((module / "model.json").read_text())["graph_hash"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if digest.startswith(prefix) and (module / "model.done").exists():
+            found.setdefault(digest, module)
+    return found

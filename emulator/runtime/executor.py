@@ -10,6 +10,8 @@ on a real device. NaN/Inf produced by the step (seen in the real values) make th
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import sys
 import threading
 import time
@@ -26,6 +28,7 @@ from emulator.capture.recorder import Recorder
 from emulator.costmodel import (
     CostOptions,
     GraphCost,
+    GroupCollectiveCost,
     compile_cost,
     cost_graph,
     cost_group_collective,
@@ -35,6 +38,8 @@ from emulator.costmodel import (
 )
 from emulator.hardware import RUNTIME as RUNTIME_SPEC
 from emulator.hardware import get_instance_type
+from emulator.profile.device import CoreIdentity, DeviceCapture, Ran, trace_info
+from emulator.profile.session import Done, Profiler
 from emulator.runtime.attach import RuntimeSession
 from emulator.runtime.collectives import collective_error, collective_timeout
 from emulator.runtime.compile_cache import CompileCache, LoadedModel, cache_settings, graph_hash
@@ -117,6 +122,26 @@ class DeviceRuntime:
         # neuron_parallel_compile's first pass: graphs are extracted to the cache, not executed
         self.extract_only = self.env.get("NEURON_EXTRACT_GRAPHS_ONLY", "").strip() not in ("", "0")
         self._extracted: set[str] = set()
+        self.profile = self._profiling(inventory)
+
+    def _profiling(self, inventory: Mapping[str, Any]) -> DeviceCapture:
+        """``NEURON_RT_INSPECT_*`` and daemon profile requests (docs/profiling.md); a bad setting
+        is the runtime's one-line refusal to start."""
+        rank = job_rank(self.env)
+        world = self.env.get("WORLD_SIZE", "").strip()
+        who = CoreIdentity(self.core, rank, int(world) if world.isdigit() else 1, node_of(rank, self.env))
+        try:
+            profiler = Profiler(self.env, lambda: trace_info(inventory, who, self.env))
+        except ValueError as exc:
+            raise NeuronRuntimeError("NRT_INVALID", str(exc)) from None
+        return DeviceCapture(profiler, who, self.options, self._profile_done)
+
+    def _profile_done(self, done: Done) -> None:
+        """A daemon profile request is finished: say so (an older daemon has no such route)."""
+        rid, dirs, error = done
+        with contextlib.suppress(DaemonUnavailable, DaemonError):
+            body = {"id": rid, "dirs": dirs, "error": error}
+            self.session.client.post(f"/processes/{self.session.owner_pid}/profile/done", body)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def install(self) -> None:
@@ -131,6 +156,7 @@ class DeviceRuntime:
                 self.ledger.use_native(self.native, native.parameters)
         self.session.set_resume(self.resume_state)
         self.session.on_register(self._register_again)
+        atexit.register(self.profile.close)  # before the session's own exit handler releases the cores
 
     # -- a restarted daemon (docs/lifecycle.md) ----------------------------------------------
     def resume_state(self) -> dict[str, list[dict[str, Any]]]:
@@ -153,11 +179,17 @@ class DeviceRuntime:
         """A collective of the global ``ranks`` done for this step: costed at ``mark_step`` on the
         ranks' NeuronCores, which ``store`` (the job's) tells (emulator/runtime/placement.py);
         ``concurrent``: the other groups doing the same collective at the same time."""
+        after_op = self._pending_ops() if self.profile.active else None  # where it sits in the step
         placement = this_process()
         placement.publish(store, job_rank(), self.global_core)
         cores = placement.cores(store, ranks)
         if len(cores) > 1:  # list.append is atomic; mark_step swaps the list
-            self._collectives.append(CollectiveRecord(kind, nbytes, cores, placement.groups(store, concurrent)))
+            groups = placement.groups(store, concurrent)
+            self._collectives.append(CollectiveRecord(kind, nbytes, cores, groups, tuple(ranks), after_op))
+
+    def _pending_ops(self) -> int:
+        """Ops captured so far in this step, by both device layers."""
+        return self.recorder.pending() + (native.pending_ops() if self.native is not None else 0)
 
     def all_reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Sum gradients across ranks (real gloo all-reduce of the values) and record its cost."""
@@ -181,12 +213,17 @@ class DeviceRuntime:
                 inner.div_(world)
         self.record_collective("all_reduce", total, dist.distributed_c10d._get_default_store(), range(world))
 
-    def _costed(self, record: CollectiveRecord) -> Collective:
+    def _cost(self, record: CollectiveRecord) -> tuple[CollectiveRecord, GroupCollectiveCost]:
         """A collective of this step on its group's cores, costed by the one topology-aware model
-        (docs/collectives.md): its seconds and the bytes this core sent on each link type."""
+        (docs/collectives.md)."""
         cost = cost_group_collective(
             record.kind, record.nbytes, record.cores, self.instance_type, record.concurrent, links=self.links
         )
+        return record, cost
+
+    @staticmethod
+    def _costed(record: CollectiveRecord, cost: GroupCollectiveCost) -> Collective:
+        """The collective as reported: its seconds and the bytes this core sent on each link type."""
         return Collective(
             record.kind,
             record.nbytes,
@@ -219,40 +256,52 @@ class DeviceRuntime:
         if self.extract_only:  # neuron_parallel_compile's first pass: keep the graph, run nothing
             self._extract(digest, ops if ops is not None else captured.ops())
             return None
-        model = self.cache.loaded(digest)
-        compile_seconds = 0.0
-        cache_hit = model is not None
-        if model is None:
-            ops = ops if ops is not None else captured.ops()
-            model, compile_seconds, cache_hit = self._compile_and_load(digest, ops)
-        else:
-            self.cache.counts.count(hit=True)  # in-memory JIT cache
+        self.profile.step_begins(self._step)
+        model, compile_seconds, cache_hit = self._model(digest, ops, captured)
         graph = self._graph_costs.get(digest)
         if graph is None:  # the same graph always costs the same: compute it once per graph
             ops = ops if ops is not None else captured.ops()
             graph = self._graph_costs[digest] = cost_graph(ops, self.options, self.instance_type.chip.core)
         faults = self.faults  # applied from the execution after the answer that carried them
+        costs = [self._cost(c) for c in collectives]
         start = time.monotonic()
         ex = execution(
             self.core,
             start,
-            self._work(graph, collectives, host_seconds=start - called),
+            self._work(graph, costs, host_seconds=start - called),
             self._holding(model),
             faults,
             timeout=self.timeout,
             numerical_error=self._produced_non_finite,
         )
         self._post(ex)
+        if self.profile.active:  # written while the process waits for the simulated device time
+            records = captured.ops if ops is None else (lambda: ops)
+            ran = Ran(self._step, digest, model.name, model.model_id, called, graph, records, costs, faults.slow_factor)
+            self.profile.executed(ex, ran)
+        else:
+            self.profile.count(digest)
         failure = faults.hardware_failure(self.core, f"execution of model {model.model_id}")
         if failure is not None:
             self._fail(failure)
         _sleep_until(start + min(ex.device_seconds, self.timeout))
         return self._done(ex, compile_seconds, cache_hit, len(captured), model)
 
-    def _work(self, graph: GraphCost, collectives: list[CollectiveRecord], host_seconds: float) -> Work:
+    def _model(self, digest: str, ops: list | None, captured: Any) -> tuple[LoadedModel, float, bool]:
+        """The graph's loaded model: in memory already (a JIT cache hit), else compiled or taken
+        from the persistent cache, and loaded; with the compile seconds and whether it was a hit."""
+        model = self.cache.loaded(digest)
+        if model is not None:
+            self.cache.counts.count(hit=True)  # in-memory JIT cache
+            return model, 0.0, True
+        return self._compile_and_load(digest, ops if ops is not None else captured.ops())
+
+    def _work(
+        self, graph: GraphCost, costs: list[tuple[CollectiveRecord, GroupCollectiveCost]], host_seconds: float
+    ) -> Work:
         """The step's modelled cost on a healthy core: the graph's, and its collectives' (each
         also reported with its own modelled time: neuron_collective_seconds_total)."""
-        costed = tuple(self._costed(c) for c in collectives)
+        costed = tuple(self._costed(record, cost) for record, cost in costs)
         return Work(
             device_seconds=graph.device_seconds + sum(c.seconds for c in costed),
             flops=int(graph.flops),
@@ -276,7 +325,8 @@ class DeviceRuntime:
             ops=ops,
             engines={str(e): s for e, s in ex.engines.items()},
         )
-        self._last_mark = now
+        begin, self._last_mark = self._last_mark, now
+        self.profile.step_ends(self._step, begin, now)
         self.last = result
         self.totals.add(result)
         if ex.outcome == "timed_out":
@@ -318,6 +368,7 @@ class DeviceRuntime:
         return _Graphs(python, native_graph)
 
     def _compile_and_load(self, digest: str, ops: list) -> tuple[LoadedModel, float, bool]:
+        began = time.monotonic()
         cost = compile_cost(ops)
         on_disk = self.cache.on_disk(digest)
         seconds = 0.0
@@ -333,6 +384,7 @@ class DeviceRuntime:
         self.ledger.load_code(cost.model_code_bytes)
         model = self.cache.load(digest, ops, cost.model_code_bytes)
         self.cache.counts.count(hit=on_disk)
+        self.profile.compiled(digest, len(ops), began, seconds, on_disk)
         return model, seconds, on_disk
 
     def _produced_non_finite(self) -> bool:
@@ -367,6 +419,7 @@ class DeviceRuntime:
                 self.session.suspect()
             return
         self.faults = CoreFaults.from_answer(answer, self.core)
+        self.profile.profiler.on_answer(answer)  # a capture neuron-profile asked for (docs/profiling.md)
 
 
 class _Graphs:

@@ -132,6 +132,12 @@ def take_graph() -> NativeGraph | None:
     return None if module is None else NativeGraph(module, tuple(module.take_graph()))
 
 
+def pending_ops() -> int:
+    """Ops recorded since the last :func:`take_graph` (0 without the backend)."""
+    module = _loaded
+    return 0 if module is None else int(module.pending_ops())
+
+
 def host_view(t: torch.Tensor) -> torch.Tensor:
     """A host tensor over a device tensor's memory (writes go to the device tensor)."""
     module = backend()

@@ -606,6 +606,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("live_bytes", []() { return g_live_bytes.load(); });
   m.def("peak_bytes", []() { return g_peak_bytes.load(); });
   m.def("take_graph", &take_graph);
+  m.def("pending_ops", []() {  // ops recorded since the last take_graph (a collective's position)
+    std::lock_guard<std::mutex> lock(g_mutex);
+    return g_ops.size();
+  });
   m.def("catch_composites", &catch_composites);
   m.def("non_finite", []() {
     pybind11::gil_scoped_release nogil;

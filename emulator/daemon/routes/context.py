@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 
 from emulator.daemon.api_models import ErrorBody
 from emulator.daemon.faults import FaultTable
+from emulator.daemon.profiles import ProfileRequests
 from emulator.daemon.registry import Registry
 from emulator.daemon.security import Access
 from emulator.daemon.telemetry import Telemetry
@@ -28,13 +29,15 @@ class DaemonInfo:
 
 @dataclass(frozen=True)
 class Daemon:
-    """The daemon's parts: who holds which cores, their counters, the faults, the access rules."""
+    """The daemon's parts: who holds which cores, their counters, the faults, the access rules,
+    the profile requests."""
 
     registry: Registry
     telemetry: Telemetry
     faults: FaultTable
     access: Access
     info: DaemonInfo
+    profiles: ProfileRequests = field(default_factory=ProfileRequests)
 
 
 def error(status: int, message: str, **extra: object) -> JSONResponse:

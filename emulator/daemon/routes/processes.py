@@ -20,7 +20,7 @@ def _request(body: AttachBody) -> AttachRequest:
 
 
 def router(daemon: Daemon) -> APIRouter:
-    registry, telemetry, access = daemon.registry, daemon.telemetry, daemon.access
+    registry, telemetry, access, profiles = daemon.registry, daemon.telemetry, daemon.access, daemon.profiles
     api = APIRouter(tags=["processes"])
 
     @api.get("/v1/processes", response_model=list[NeuronProcess])
@@ -58,6 +58,7 @@ def router(daemon: Daemon) -> APIRouter:
         if proc is None:
             return error(404, f"process {pid} is not attached")
         telemetry.forget(pid)
+        profiles.gone(pid, "the process detached")
         return proc.to_dict()
 
     return api

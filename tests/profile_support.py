@@ -89,7 +89,14 @@ def execution(
 
 
 def write_process(
-    root: Path, pid: int, rank: int, core: int, executions: list[p.ProfiledExecution], *, cc_seconds: float = 1e-4
+    root: Path,
+    pid: int,
+    rank: int,
+    core: int,
+    executions: list[p.ProfiledExecution],
+    *,
+    cc_seconds: float = 1e-4,
+    peaks: bool = True,
 ) -> Path:
     d = root / p.process_dir_name("i-0123456789abcdef0", pid)
     d.mkdir(parents=True)
@@ -104,6 +111,8 @@ def write_process(
         system_profile=True,
         ranks={str(core): rank},
         world_size=2,
+        peak_flops=95e12 if peaks else 0.0,  # a NeuronCore-v2's TensorE BF16 peak (docs/hardware-catalog.md)
+        hbm_bandwidth=410 * 2**30 if peaks else 0.0,
     )
     (d / p.TRACE_INFO).write_text(p.json_line(info))
     p.write_graph(d / p.neff_file(GRAPH_HASH), graph())

@@ -67,6 +67,14 @@ def test_summary_fields_and_fractions(timeline: Timeline) -> None:
             assert absent not in r
 
 
+def test_a_capture_without_its_peaks_has_no_mfu_hfu_or_mbu(tmp_path: Path) -> None:
+    ps.write_process(tmp_path, 7, 0, 0, [ps.execution(1.0, 0)], peaks=False)
+    (record,) = summarize(build(load(str(tmp_path))))
+    assert record["model_flops"] > 0
+    for absent in ("mfu_estimated_percent", "hfu_estimated_percent", "mbu_estimated_percent", "peak_flops"):
+        assert absent not in record
+
+
 def test_recommendations_flag_low_mfu_and_the_slow_rank(timeline: Timeline) -> None:
     r0, r1 = summarize(timeline)
     assert any("MFU" in t for t in r0["recommendations"])

@@ -18,8 +18,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
-import sys
 import threading
 import time
 from collections import Counter
@@ -29,6 +27,7 @@ from typing import Any
 
 from emulator.parallel.plan_file import GraphEntry, RankPlan
 from emulator.parallel.schedule_files import PROFILE_REQUEST
+from emulator.profile.info import trace_info
 from emulator.profile.records import profiled_execution
 from emulator.profile.session import Profiler
 from emulator.runtime.attach import RuntimeSession
@@ -82,19 +81,7 @@ class RankProfile:
             instance_id, instance_type = str(status["instance_id"]), str(status["instance_type"])
         except (DaemonError, DaemonUnavailable, KeyError, TypeError):
             instance_id, instance_type = "i-unknown", "unknown"
-        return TraceInfo(
-            instance_id=instance_id,
-            instance_type=instance_type,
-            pid=os.getpid(),
-            hostname=socket.gethostname(),
-            clock_monotonic=time.monotonic(),
-            clock_epoch=time.time(),
-            device_profile="off",  # each capture writes its own settings here
-            system_profile=False,
-            ranks={str(p.core): p.rank for p in self.plans},
-            world_size=self.plans[0].grid.world,
-            command=" ".join(sys.argv),
-        )
+        return trace_info(instance_id, instance_type, {p.core: p.rank for p in self.plans}, self.plans[0].grid.world)
 
     # -- the step ---------------------------------------------------------------------------------
     def on_answer(self, answer: Mapping[str, Any]) -> None:

@@ -11,19 +11,16 @@ and the process's CPU utilisation per step. Nothing here runs while the profiler
 from __future__ import annotations
 
 import os
-import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-import psutil
-
 from emulator.capture.ops import CollectiveRecord, OpRecord
 from emulator.costmodel import CostOptions, GraphCost
 from emulator.costmodel.topology import GroupCollectiveCost
 from emulator.profile.graphs import graph_schedule
+from emulator.profile.info import trace_info
 from emulator.profile.records import Execution, profiled_execution
 from emulator.profile.session import Done, Profiler
 from neurontools.contract.profile import (
@@ -74,27 +71,14 @@ class Ran:
     slow_factor: float = 1.0
 
 
-def trace_info(inventory: Mapping, who: CoreIdentity, env: Mapping[str, str]) -> TraceInfo:
-    """The capture's ``trace_info.json``: instance (the daemon's inventory), process, ranks, clock."""
+def executor_trace_info(inventory: Mapping, who: CoreIdentity) -> TraceInfo:
+    """The capture's trace info for a real-math process: the instance from the daemon's inventory."""
     instance = inventory.get("instance", {})
-    monotonic, epoch = time.monotonic(), time.time()
-    try:
-        command = " ".join(psutil.Process().cmdline())
-    except psutil.Error:
-        command = " ".join(sys.argv)
-    world = env.get("WORLD_SIZE", "").strip()
-    return TraceInfo(
-        instance_id=str(instance.get("instance_id", "unknown")),
-        instance_type=str(instance.get("instance_type", "unknown")),
-        pid=os.getpid(),
-        hostname=socket.gethostname(),
-        clock_monotonic=monotonic,
-        clock_epoch=epoch,
-        device_profile="off",
-        system_profile=False,  # each capture writes its own settings here
-        ranks={str(who.core): who.rank},
-        world_size=int(world) if world.isdigit() else who.world_size,
-        command=command,
+    return trace_info(
+        str(instance.get("instance_id", "unknown")),
+        str(instance.get("instance_type", "unknown")),
+        {who.core: who.rank},
+        who.world_size,
     )
 
 

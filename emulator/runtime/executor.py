@@ -38,7 +38,7 @@ from emulator.costmodel import (
 )
 from emulator.hardware import RUNTIME as RUNTIME_SPEC
 from emulator.hardware import get_instance_type
-from emulator.profile.device import CoreIdentity, DeviceCapture, Ran, trace_info
+from emulator.profile.device import CoreIdentity, DeviceCapture, Ran, executor_trace_info
 from emulator.profile.session import Done, Profiler
 from emulator.runtime.attach import RuntimeSession
 from emulator.runtime.collectives import collective_error, collective_timeout
@@ -131,7 +131,7 @@ class DeviceRuntime:
         world = self.env.get("WORLD_SIZE", "").strip()
         who = CoreIdentity(self.core, rank, int(world) if world.isdigit() else 1, node_of(rank, self.env))
         try:
-            profiler = Profiler(self.env, lambda: trace_info(inventory, who, self.env))
+            profiler = Profiler(self.env, lambda: executor_trace_info(inventory, who))
         except ValueError as exc:
             raise NeuronRuntimeError("NRT_INVALID", str(exc)) from None
         return DeviceCapture(profiler, who, self.options, self._profile_done)

@@ -15,8 +15,6 @@ the graph's schedule file, its device profile (that one execution), and the syst
 from __future__ import annotations
 
 import os
-import socket
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +22,7 @@ from pathlib import Path
 
 from emulator.costmodel import compile_cost, cost_graph, options_from_env
 from emulator.profile.graphs import graph_schedule
+from emulator.profile.info import trace_info
 from emulator.profile.records import profiled_execution
 from emulator.profile.writer import ProcessProfile
 from emulator.runtime.attach import RuntimeSession, attach
@@ -77,18 +76,7 @@ def find_graph(prefix: str, env: Mapping[str, str]) -> tuple[str, GraphSchedule,
 
 def _trace_info(session: RuntimeSession, core: int) -> TraceInfo:
     status = session.client.get("/status")
-    return TraceInfo(
-        instance_id=str(status["instance_id"]),
-        instance_type=str(status["instance_type"]),
-        pid=os.getpid(),
-        hostname=socket.gethostname(),
-        clock_monotonic=time.monotonic(),
-        clock_epoch=time.time(),
-        device_profile="session",
-        system_profile=True,
-        ranks={str(core): 0},
-        command=" ".join(sys.argv),
-    )
+    return trace_info(str(status["instance_id"]), str(status["instance_type"]), {core: 0})
 
 
 def profile_graph(

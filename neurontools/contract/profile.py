@@ -35,12 +35,6 @@ SYSTEM_TRACE = "ntrace.jsonl"
 DEFAULT_OUTPUT_DIR = "./output"
 DEFAULT_MAX_EVENTS_PER_NC = 1_000_000
 ENGINE_TRACKS = ENGINE_KEYS  # an op row's engine: one of the names of contract/names.py
-# A NeuronCore-v2's peaks, the defaults of TraceInfo for captures that do not carry their own
-# (docs/hardware-catalog.md: TensorE BF16 95 TFLOPS per core; HBM 820 GiB/s per chip, 410 per core).
-PEAK_FLOPS = 95e12
-HBM_BANDWIDTH = 410 * 2**30
-
-
 class ProfileFormatError(ValueError):
     """A file that is not a profile of this version (truncated, foreign, newer): one line to show."""
 
@@ -303,8 +297,8 @@ class TraceInfo:
     world_size: int = 1
     command: str = ""
     op_level: bool = True  # the device timeline is per ATen op, not per instruction
-    peak_flops: float = PEAK_FLOPS  # a NeuronCore's TensorE peak, FLOP/s (the emulator's catalog)
-    hbm_bandwidth: float = HBM_BANDWIDTH  # a NeuronCore's share of the HBM bandwidth, bytes/s
+    peak_flops: float = 0.0  # a NeuronCore's TensorE BF16 peak, FLOP/s (the writer's hardware catalog)
+    hbm_bandwidth: float = 0.0  # a NeuronCore's share of the HBM bandwidth, bytes/s (the same)
     format: str = FORMAT
     version: int = FORMAT_VERSION
 

@@ -48,11 +48,17 @@ def _block(r: Record) -> str:
         f"  {'collectives':<22}{_ms(r['cc_op_active_time'])}    {_pct(r['cc_op_active_time_percent'])}"
         f"  ({r['cc_op_count']} ops, {r['cc_op_time'] * 1e3:.3f} ms)"
     )
+    mfu = ""
+    if "peak_flops" in r:
+        mfu = f"   MFU {_pct(r['mfu_estimated_percent'])}  (peak {r['peak_flops'] / 1e12:g} TFLOP/s)"
+    mbu = (
+        f"  MBU {_pct(r['mbu_estimated_percent'])}  (peak {r['hbm_bandwidth'] / 2**30:g} GiB/s)"
+        if "hbm_bandwidth" in r
+        else ""
+    )
     lines += [
-        f"  {'FLOPs':<22}{r['model_flops']:>10,}   MFU {_pct(r['mfu_estimated_percent'])}  "
-        f"(peak {r['peak_flops'] / 1e12:g} TFLOP/s)",
-        f"  {'HBM bytes':<22}read {r['hbm_read_bytes']:,}  write {r['hbm_write_bytes']:,}  "
-        f"MBU {_pct(r['mbu_estimated_percent'])}  (peak {r['hbm_bandwidth'] / 2**30:g} GiB/s)",
+        f"  {'FLOPs':<22}{r['model_flops']:>10,}{mfu}",
+        f"  {'HBM bytes':<22}read {r['hbm_read_bytes']:,}  write {r['hbm_write_bytes']:,}{mbu}",
         f"  {'events':<22}{r['event_count']:>10}",
     ]
     lines += [f"  ! {text}" for text in r["recommendations"]]

@@ -77,17 +77,13 @@ def _flops(lays: Sequence[ExecutionLayout], total: float, peak: float, bandwidth
     flops = sum(lay.execution.flops for lay in lays)
     read = sum(lay.graph.hbm_read_bytes for lay in lays)
     write = sum(lay.graph.hbm_write_bytes for lay in lays)
-    return {
-        "model_flops": flops,
-        "hardware_flops": flops,
-        "mfu_estimated_percent": _share(flops, peak * total),
-        "hfu_estimated_percent": _share(flops, peak * total),
-        "mbu_estimated_percent": _share(read + write, bandwidth * total),
-        "hbm_read_bytes": read,
-        "hbm_write_bytes": write,
-        "peak_flops": peak,
-        "hbm_bandwidth": bandwidth,
-    }
+    out: Record = {"model_flops": flops, "hardware_flops": flops, "hbm_read_bytes": read, "hbm_write_bytes": write}
+    if peak > 0:  # a capture that does not say its core's peaks has no MFU/HFU (absent, not 0)
+        out.update(peak_flops=peak, mfu_estimated_percent=_share(flops, peak * total))
+        out["hfu_estimated_percent"] = out["mfu_estimated_percent"]
+    if bandwidth > 0:
+        out.update(hbm_bandwidth=bandwidth, mbu_estimated_percent=_share(read + write, bandwidth * total))
+    return out
 
 
 def _collectives(lays: Sequence[ExecutionLayout], total: float) -> Record:
@@ -111,8 +107,8 @@ def recommendations(record: Record, slow: list[Outlier]) -> list[str]:
     slowest of a collective's replica group, far above the group's median."""
     out = []
     tensor = record[f"{COMPUTE_ENGINES[0]}_engine_active_time_percent"]
-    mfu = record["mfu_estimated_percent"]
-    if tensor > 0 and mfu / tensor < MFU_TO_ACTIVE_LOW:
+    mfu = record.get("mfu_estimated_percent")
+    if mfu is not None and tensor > 0 and mfu / tensor < MFU_TO_ACTIVE_LOW:
         out.append(
             f"MFU {mfu:.1%} is {mfu / tensor:.0%} of TensorE's active share {tensor:.1%} (below "
             f"{MFU_TO_ACTIVE_LOW:.0%}): TensorE is busy with little math (small or badly shaped matmuls)"

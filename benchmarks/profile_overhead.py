@@ -25,7 +25,10 @@
    each: the job's modelled utilisation (the NeuronCores' mean busy share from the daemon's
    snapshots, the figure neuron-monitor reports), the CPU the emulator uses (daemon, launcher,
    32 ranks: psutil, share of one core) and the trace written. Targets (docs/profiling.md
-   §Parallel jobs): utilisation within 2 points of (a), the emulator under one core.
+   §Parallel jobs): utilisation within 2 points of (a), the emulator under one core. Then 3 steps
+   of every rank captured at the daemon's request are viewed the way a user does
+   (``neuron-profile view -d DIR --output-format F`` for summary-text, perfetto and chrome-json,
+   one merged file each): seconds and output size each; target <= 30 s.
 
 ``--part tiny`` or ``--part replay`` runs one part. Prints figures; asserts nothing.
 """
@@ -165,6 +168,29 @@ def _wait_done(run: Run, pids: list[int], timeout: float) -> list[str]:
 REPLAY = JOBS["gpt3-6.7b-tp8dp4"]
 replay_rows: list[Row] = []
 replay_notes: list[str] = []
+VIEW_STEPS = 3
+VIEW_TARGET = 30.0  # seconds for `neuron-profile view` of 3 steps, all ranks
+VIEW_FORMATS = {"summary-text": "summary.txt", "perfetto": "trace.pftrace", "chrome-json": "trace.pt.trace.json"}
+views: list[tuple[str, float, int]] = []  # format, seconds, output bytes
+
+
+def _view_all(run: Run) -> None:
+    """Capture 3 steps of every rank at the daemon's request and time `neuron-profile view` on them."""
+    out = run.tmp / "view"
+    errors = _wait_done(run, _request_all(run, out, VIEW_STEPS), timeout=300)
+    replay_notes.extend(f"request failed: {e}" for e in errors)
+    size, files = _disk(out)
+    replay_notes.append(f"{VIEW_STEPS} steps of every rank: {size / 2**20:.1f} MiB in {files} files")
+    tool = [str(Path(sys.executable).with_name("neuron-profile"))]  # the console script beside this Python
+    for fmt, name in VIEW_FORMATS.items():
+        target = run.tmp / name
+        began = time.monotonic()
+        subprocess.run(
+            [*tool, "view", "-d", str(out), "--output-format", fmt, "--output-file", str(target)],
+            check=True,
+            capture_output=True,
+        )
+        views.append((fmt, time.monotonic() - began, target.stat().st_size))
 
 
 def _started(run: Run, extra_env: dict[str, str] | None = None) -> LoadMeter:
@@ -191,6 +217,7 @@ def replay_job(run: Run, seconds: float) -> None:
     busy, cpu = meter.stop()
     replay_rows.append(Row(f"capture --pid, {steps} steps", busy.cores, busy.utilization, cpu, *_disk(out)))
     replay_notes.extend(f"request failed: {e}" for e in errors)
+    _view_all(run)
     run.stop_job()
     out = run.tmp / "inspect"
     env = {
@@ -222,6 +249,12 @@ def replay_report(seconds: float) -> None:
         )
     for note in replay_notes:
         print(f"  {note}")
+    for fmt, seconds, size in views:
+        verdict = "ok" if seconds <= VIEW_TARGET else "MISSED"
+        print(
+            f"neuron-profile view --output-format {fmt}: {seconds:.1f} s (target <= {VIEW_TARGET:.0f} s), "
+            f"{size / 2**20:.1f} MiB written: {verdict}"
+        )
 
 
 def _median(name: str, column: int) -> float:

@@ -6,7 +6,7 @@ writing ``<output dir>/<instance-id>_pid_<pid>/``:
 - the one ``NEURON_RT_INSPECT_*`` asks for (:func:`~neurontools.contract.profile.inspect_settings`),
   on from the first execution to the end of the process;
 - one per request the daemon carries in an execution answer (``{"profile": {"id", "steps",
-  "output_dir"}}``, what ``neuron-profile inspect`` asks of a running process): every execution
+  "output_dir"}}``, what ``neuron-profile capture --pid`` asks of a running process): every execution
   (device mode ``session``) of the next ``steps`` steps, reported finished by :meth:`Profiler.step_ends`.
   A request for the directory the variables already write shares that capture, which then
   profiles every execution of those steps.

@@ -137,7 +137,7 @@ class DeviceRuntime:
         return DeviceCapture(profiler, who, self.options, self._profile_done)
 
     def _profile_done(self, done: Done) -> None:
-        """A daemon profile request is finished: say so (an older daemon has no such route)."""
+        """A daemon profile request is finished: say so (a restarted daemon may have forgotten it: 404)."""
         rid, dirs, error = done
         with contextlib.suppress(DaemonUnavailable, DaemonError):
             body = {"id": rid, "dirs": dirs, "error": error}

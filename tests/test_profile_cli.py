@@ -31,8 +31,11 @@ def test_view_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["view", "-d", out]) == 0
     assert "TensorE" in capsys.readouterr().out
     assert main(["view", "-d", out, "--output-format", "summary-json", "-n", "abc123"]) == 0
-    records = json.loads(capsys.readouterr().out)
-    assert [r["rank"] for r in records] == [0, 1]
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc) == ["summary", "collective_groups"]
+    assert [r["rank"] for r in doc["summary"]] == [0, 1]
+    ((group),) = doc["collective_groups"]
+    assert (group["replica_group"], group["slowest_rank"], group["outlier_calls"]) == ([0, 1], 1, 1)
     assert main(["view", "-d", out, "--output-format", "json", "--output-file", str(tmp_path / "t.json")]) == 0
     doc = json.loads((tmp_path / "t.json").read_text())
     assert doc["op_level"] is True and any(t["name"] == "CC-core" for t in doc["tracks"])

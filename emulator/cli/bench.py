@@ -7,13 +7,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from emulator.cli.args import ArgumentError, Handler
 from emulator.cli.layout import add_parallel_arguments, request_from_args
 from emulator.parallel.plan import ConfigError
 from emulator.runtime.errors import NeuronRuntimeError
 from emulator.workloads.errors import report_error
+
+if TYPE_CHECKING:
+    from emulator.hardware.instance_types import InstanceType
+    from emulator.parallel.job import JobPlan
 
 
 def add(sub: Any) -> dict[str, Handler]:
@@ -34,7 +39,9 @@ def add(sub: Any) -> dict[str, Handler]:
     return {"bench": cmd_bench}
 
 
-def _row_result(name: str, plan: Any, published: float | None) -> dict[str, Any]:
+def bench_row(name: str, plan: JobPlan, published: float | None) -> dict[str, Any]:
+    """The row ``bench`` prints for one planned job (``--json``: one element of the list).
+    ``engine_share`` is stage 0's (:meth:`JobPlan.engine_share`)."""
     stage = 0
     return {
         "name": name,
@@ -54,6 +61,16 @@ def _row_result(name: str, plan: Any, published: float | None) -> dict[str, Any]
     }
 
 
+def plan_model(
+    args: argparse.Namespace, instance: InstanceType, progress: Callable[[str], None] = lambda _: None
+) -> tuple[JobPlan, dict[str, Any]]:
+    """``bench MODEL [layout flags]``: the job planned as ``run`` plans it, and its row."""
+    from emulator.parallel.runner import plan_request
+
+    plan = plan_request(request_from_args(args, args.model), instance, progress=progress)
+    return plan, bench_row(args.model, plan, None)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from emulator.hardware import get_instance_type
     from emulator.parallel.published import PUBLISHED_ROWS
@@ -68,13 +85,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     try:
         if args.model:
-            request = request_from_args(args, args.model)
-            rows.append(_row_result(args.model, plan_request(request, instance, progress=progress), None))
+            rows.append(plan_model(args, instance, progress)[1])
         else:
             for row in PUBLISHED_ROWS:
                 progress(row.name)
                 plan = plan_request(row.request, instance, env={}, progress=progress)
-                rows.append(_row_result(row.name, plan, row.published_seq_per_s))
+                rows.append(bench_row(row.name, plan, row.published_seq_per_s))
     except (ArgumentError, ConfigError, NeuronRuntimeError) as exc:
         report_error(str(exc))
         return 1

@@ -58,7 +58,8 @@ def _system(process: ProcessCapture) -> tuple[list[Slice], list[Counter]]:
             continue
         kind = STEP if e.kind == STEP else SYSTEM
         track = TrackId(pid, None, STEP_TRACK if kind == STEP else e.track)
-        slices.append(Slice(track, e.name, e.ts, e.ts + max(e.dur, 0.0), kind, {"kind": e.kind, **e.args}))
+        dur = max(e.dur, 0.0)
+        slices.append(Slice(track, e.name, e.ts, e.ts + dur, kind, {"kind": e.kind, **e.args}, duration=dur))
     rows = [Counter(TrackId(pid, None, CPU_UTIL), "percent", tuple(sorted(cpu)))] if cpu else []
     return slices, rows
 

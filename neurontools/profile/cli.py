@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -83,17 +84,21 @@ def _view(ns: Any) -> int:
             raise CliError(f"cannot write {ns.output_file or 'the trace'}: {exc.strerror or exc}") from None
         _out("".join(f"wrote {p}\n" for p in paths))
         return 0
-    _emit(_document(timeline, fmt), ns.output_file)
+    _emit(_document(timeline, fmt, terminal=ns.output_file is None and sys.stdout.isatty()), ns.output_file)
     return 0
 
 
-def _document(timeline: Any, fmt: str) -> str:
-    from neurontools.profile.render import summary_text, timeline_json
-    from neurontools.profile.summary import summarize
+def _document(timeline: Any, fmt: str, *, terminal: bool = False) -> str:
+    from neurontools.profile.render import timeline_json
+    from neurontools.profile.summary import summarize, summary_document
 
     if fmt == "summary-text":
-        return summary_text(summarize(timeline))
-    data = summarize(timeline) if fmt == "summary-json" else timeline_json(timeline)
+        from neurontools.profile.groups import collective_groups
+        from neurontools.profile.summary_text import PIPED_WIDTH, summary_text
+
+        width = shutil.get_terminal_size((PIPED_WIDTH, 24)).columns if terminal else PIPED_WIDTH
+        return summary_text(summarize(timeline), collective_groups(timeline.executions), width=width, terminal=terminal)
+    data = summary_document(timeline) if fmt == "summary-json" else timeline_json(timeline)
     return json.dumps(data, indent=2) + "\n"
 
 

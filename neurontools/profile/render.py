@@ -1,6 +1,6 @@
-"""The text a person reads (docs/profiling.md §Viewing): ``summary-text`` (one block per process,
-NeuronCore and graph, engines as rows) and ``show-session``'s table; and the JSON documents
-(``summary-json``, ``json``)."""
+"""``show-session``'s table and the whole timeline as JSON (``json``) (docs/profiling.md §Viewing);
+``summary-text`` is :mod:`neurontools.profile.summary_text`, ``summary-json``
+:func:`neurontools.profile.summary.summary_document`."""
 
 from __future__ import annotations
 
@@ -8,61 +8,11 @@ from typing import Any
 
 from neurontools.contract.profile import FORMAT_VERSION
 from neurontools.profile.build import Timeline
-from neurontools.profile.summary import Record
 from neurontools.profile.timeline import ExecutionLayout
-from neurontools.profile.tracks import COMPUTE_ENGINES, DMA, ENGINE_LABELS, GPSIMD, HBM_TAIL, SCALAR, TENSOR
+from neurontools.profile.tracks import DMA, GPSIMD, HBM_TAIL, SCALAR, TENSOR
 
 CORES_PER_DEVICE = 2  # NeuronCore-v2s per Trainium1 device (docs/hardware-catalog.md)
 NOT_DERIVED = "N/A"
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:10.3f}"
-
-
-def _pct(share: float) -> str:
-    return f"{share * 100:7.1f} %"
-
-
-def summary_text(records: list[Record]) -> str:
-    if not records:
-        return "no profiled executions in this capture\n"
-    return "\n".join(_block(r) for r in records)
-
-
-def _block(r: Record) -> str:
-    rank = "-" if r["rank"] is None else r["rank"]
-    runs = r["execution_count"]
-    lines = [
-        f"rank {rank}  pid {r['pid']}  NeuronCore {r['neuroncore']}  graph {r['graph_name']} ({r['graph_hash'][:12]})"
-        f"  {runs} execution{'s' if runs != 1 else ''}, steps {', '.join(map(str, r['steps']))}",
-        f"  {'total time':<22}{_ms(r['total_time'])} ms",
-        f"  {'active':<22}{_ms(r['total_active_time'])} ms {_pct(r['total_active_time_percent'])}",
-        f"  {'':<22}{'active (ms)':>10}    {'share':>7}",
-    ]
-    for engine in COMPUTE_ENGINES:
-        key = f"{engine}_engine_active_time"
-        lines.append(f"  {ENGINE_LABELS[engine]:<22}{_ms(r[key])}    {_pct(r[key + '_percent'])}")
-    lines.append(f"  {ENGINE_LABELS[DMA]:<22}{_ms(r[f'{DMA}_active_time'])}    {_pct(r[f'{DMA}_active_time_percent'])}")
-    lines.append(
-        f"  {'collectives':<22}{_ms(r['cc_op_active_time'])}    {_pct(r['cc_op_active_time_percent'])}"
-        f"  ({r['cc_op_count']} ops, {r['cc_op_time'] * 1e3:.3f} ms)"
-    )
-    mfu = ""
-    if "peak_flops" in r:
-        mfu = f"   MFU {_pct(r['mfu_estimated_percent'])}  (peak {r['peak_flops'] / 1e12:g} TFLOP/s)"
-    mbu = (
-        f"  MBU {_pct(r['mbu_estimated_percent'])}  (peak {r['hbm_bandwidth'] / 2**30:g} GiB/s)"
-        if "hbm_bandwidth" in r
-        else ""
-    )
-    lines += [
-        f"  {'FLOPs':<22}{r['model_flops']:>10,}{mfu}",
-        f"  {'HBM bytes':<22}read {r['hbm_read_bytes']:,}  write {r['hbm_write_bytes']:,}{mbu}",
-        f"  {'events':<22}{r['event_count']:>10}",
-    ]
-    lines += [f"  ! {text}" for text in r["recommendations"]]
-    return "\n".join(lines) + "\n"
 
 
 SESSION_COLUMNS = (

@@ -1,7 +1,10 @@
 """The summary of a capture, one record per process, NeuronCore and graph, over its profiled
 executions (docs/profiling.md §Summary fields). Field names and encodings are the real tool's
 summary-json: times in seconds, every ``*_percent`` a FRACTION 0-1 of ``total_time``. What the
-emulator cannot derive (instruction counts, SBUF/PSUM, spill, throttle, cycles) is absent."""
+emulator cannot derive (instruction counts, SBUF/PSUM, spill, throttle, cycles) is absent.
+
+``summary-json`` is :func:`summary_document`: the records under ``summary`` and the capture's
+collective groups (:mod:`neurontools.profile.groups`) under ``collective_groups``."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from neurontools.profile.build import Timeline
+from neurontools.profile.groups import collective_groups
 from neurontools.profile.intervals import length
 from neurontools.profile.merge import Outlier, outliers
 from neurontools.profile.timeline import ExecutionLayout
@@ -26,14 +30,22 @@ def summarize(timeline: Timeline) -> list[Record]:
     for lay in timeline.executions:
         groups.setdefault((lay.ref.pid, lay.ref.core, lay.ref.graph), []).append(lay)
     slow = outliers(list(timeline.executions))
-    return [_record(lays, slow) for lays in groups.values()]
+    return [record(lays, slow) for lays in groups.values()]
 
 
-def _record(lays: Sequence[ExecutionLayout], slow: list[Outlier]) -> Record:
+def summary_document(timeline: Timeline) -> dict[str, Any]:
+    """``summary-json``: ``{"summary": [records], "collective_groups": [rows]}``."""
+    rows = collective_groups(timeline.executions)
+    return {"summary": summarize(timeline), "collective_groups": [g.to_json() for g in rows]}
+
+
+def record(lays: Sequence[ExecutionLayout], slow: Sequence[Outlier] = ()) -> Record:
+    """The record of ``lays``: executions of one graph on one core (one of them: that execution's
+    own figures); ``slow``: the capture's collective outliers, for the recommendations."""
     first = lays[0]
     info = first.process.info
     total = sum(lay.execution.device_seconds for lay in lays)
-    record: Record = {
+    out: Record = {
         "pid": info.pid,
         "rank": first.rank,
         "neuroncore": first.ref.core,
@@ -43,12 +55,12 @@ def _record(lays: Sequence[ExecutionLayout], slow: list[Outlier]) -> Record:
         "steps": sorted({lay.execution.step for lay in lays}),
         "total_time": total,
     }
-    record.update(_activity(lays, total))
-    record.update(_flops(lays, total, info.peak_flops, info.hbm_bandwidth))
-    record.update(_collectives(lays, total))
-    record["event_count"] = sum(1 for lay in lays for s in lay.device_slices() if s.kind != HBM_TAIL)
-    record["recommendations"] = recommendations(record, [o for o in slow if _owns(first, o)])
-    return record
+    out.update(_activity(lays, total))
+    out.update(_flops(lays, total, info.peak_flops, info.hbm_bandwidth))
+    out.update(_collectives(lays, total))
+    out["event_count"] = sum(1 for lay in lays for s in lay.device_slices() if s.kind != HBM_TAIL)
+    out["recommendations"] = recommendations(out, [o for o in slow if _owns(first, o)])
+    return out
 
 
 def _share(part: float, total: float) -> float:
@@ -102,7 +114,7 @@ def _owns(lay: ExecutionLayout, outlier: Outlier) -> bool:
     return rank == outlier.rank and lay.ref.graph == outlier.graph
 
 
-def recommendations(record: Record, slow: list[Outlier]) -> list[str]:
+def recommendations(record: Record, slow: Sequence[Outlier]) -> list[str]:
     """Explorer's rules that apply: MFU low relative to TensorE's active time; this rank the
     slowest of a collective's replica group, far above the group's median."""
     out = []

@@ -141,7 +141,8 @@ def _op_slices(graph: GraphSchedule, ex: ProfiledExecution, ref: ExecRef, shifts
             "op_index": ops.index[k],
         }
         start, end = ex.start + shift + ops.start[k] * sf, ex.start + shift + ops.end[k] * sf
-        yield Slice(engine_track(ref.pid, ref.core, ops.engine[k]), ops.name[k], start, end, OP, args, ref)
+        track = engine_track(ref.pid, ref.core, ops.engine[k])
+        yield Slice(track, ops.name[k], start, end, OP, args, ref, (ops.end[k] - ops.start[k]) * sf)
 
 
 def _call_slice(t: CallTime, graph: GraphSchedule, ex: ProfiledExecution, ref: ExecRef, shifts: _Shifts) -> Slice:
@@ -163,7 +164,8 @@ def _call_slice(t: CallTime, graph: GraphSchedule, ex: ProfiledExecution, ref: E
         "bus_bandwidth": p.bus_bandwidth if p else 0.0,
         "seconds_from": t.source,
     }
-    return Slice(TrackId(ref.pid, ref.core, CC_TRACK), t.call.kind, start, start + t.seconds, COLLECTIVE, args, ref)
+    track = TrackId(ref.pid, ref.core, CC_TRACK)
+    return Slice(track, t.call.kind, start, start + t.seconds, COLLECTIVE, args, ref, t.seconds)
 
 
 def counters(executions: list[ExecutionLayout]) -> list[Counter]:

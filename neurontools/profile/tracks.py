@@ -77,7 +77,10 @@ class ExecRef:
 
 @dataclass(frozen=True)
 class Slice:
-    """A busy interval, in the host's monotonic seconds."""
+    """A busy interval, in the host's monotonic seconds. ``duration``, when given, is its length
+    as it was computed (an op's span x the slow factor, a collective's seconds, an event's
+    duration): ``end - start`` of two absolute times loses about one ulp of the clock (2e-12 s at
+    an uptime of 4 hours, 1e-10 s at 12 days) per slice, which matters for sums of short slices."""
 
     track: TrackId
     name: str
@@ -86,10 +89,11 @@ class Slice:
     kind: str
     args: dict[str, Any] = field(default_factory=dict)
     ref: ExecRef | None = None
+    duration: float | None = None
 
     @property
     def seconds(self) -> float:
-        return self.end - self.start
+        return self.end - self.start if self.duration is None else self.duration
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from neurontools.profile import summary
 from neurontools.profile.build import Timeline, build
 from neurontools.profile.load import load
 from neurontools.profile.tracks import COMPUTE_ENGINES, DMA, STEP
-from tests.support import BIN, reap, start_daemon, tool_env, wait_until
+from tests.support import BIN, reap, run_tool, start_daemon, tool_env, wait_until
 
 JOB = ["vit-base", "--tp", "2", "--dp", "2", "--micro-batch", "2"]
 SLOW_CORE = 1  # the capture's slow fault (2x): every other core runs at the plan's pace
@@ -95,6 +95,19 @@ def _op_table_busy(graph: GraphSchedule) -> dict[str, float]:
     for engine, start, end in zip(graph.ops.engine, graph.ops.start, graph.ops.end, strict=True):
         busy[engine] = busy.get(engine, 0.0) + (end - start)
     return busy
+
+
+def _check_linked_across_ranks(trace: dict[str, Any], ranks: int) -> None:
+    """One process per rank in the merged trace, and collectives linked by flows between them."""
+    events = trace["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    busy = {e["pid"] for e in events if e["ph"] == "X" and e.get("cat") == "kernel"}
+    assert len(busy) == ranks, names
+    starts = {e["id"]: e["pid"] for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e["pid"] for e in events if e["ph"] == "f"}
+    assert starts and starts.keys() == ends.keys()
+    assert all(starts[i] != ends[i] for i in starts)  # each flow goes from one rank's process to another's
+    assert {starts[i] for i in starts} | {ends[i] for i in ends} == busy  # every rank takes part
 
 
 def _device_profiles(directory: Path) -> dict[tuple[str, int], tuple]:
@@ -223,10 +236,19 @@ def test_a_running_job_is_profiled_at_the_daemons_request(daemon_factory, short_
         assert wait_until(lambda: client.get(f"/processes/{pid}/profile")["state"] == "done", timeout=60)
         state = client.get(f"/processes/{pid}/profile")
         snapshot = client.get("/snapshot?latencies_since=0")
+        # as a user does it: the launcher's PID (its rank processes are profiled), one merged trace
+        merged, trace = short_tmp / "merged", short_tmp / "job.pt.trace.json"
+        argv = ["neuron-profile", "capture", "--pid", str(proc.pid), "--steps", "2", "-o", str(merged)]
+        captured = run_tool(argv, daemon.address, timeout=120)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
         reap(proc)
+    assert captured.returncode == 0, captured.stderr
+    argv = ["neuron-profile", "view", "-d", str(merged), "--output-format", "chrome-json", "--output-file", str(trace)]
+    viewed = run_tool(argv, None, timeout=120)
+    assert viewed.returncode == 0, viewed.stderr
+    _check_linked_across_ranks(json.loads(trace.read_text()), ranks=4)
     (directory,) = (Path(d) for d in state["dirs"])
     assert directory.parent == out and directory.name.endswith(f"_pid_{pid}")
     profiles = _device_profiles(directory)

@@ -64,6 +64,23 @@ class _Writer:
         self.clock = Clock(timeline.capture)
         self.uuids: dict[TrackId, int] = {}
         self.next_uuid = 1
+        # a graph's op has the same name, category and arguments in every execution on every rank:
+        # their bytes are encoded once
+        self.encoded: dict[tuple, bytes] = {}
+
+    def described(self, s: Slice) -> bytes:
+        """The slice's name, category and arguments, encoded."""
+        try:
+            key = (s.name, s.kind, s.track.name, *s.args.items())
+            found = self.encoded.get(key)
+        except TypeError:  # an argument that cannot be a key (a list): encoded every time
+            key, found = None, None
+        if found is None:
+            fields = [pb.string(TE_NAME, hta_name(s)), pb.string(TE_CATEGORIES, s.kind)]
+            found = b"".join(fields + [_annotation(k, v) for k, v in s.args.items()])
+            if key is not None:
+                self.encoded[key] = found
+        return found
 
     def ns(self, pid: int, t: float) -> int:
         return round(self.clock.epoch(pid, t) * 1e9)
@@ -98,9 +115,7 @@ class _Writer:
 
     def slice_packets(self, s: Slice, flows_out: list[int], flows_in: list[int]) -> Iterator[_Timed]:
         pid, track = s.track.pid, pb.uint(TE_TRACK, self.uuid(s.track))
-        begin = [pb.uint(TE_TYPE, INSTANT if s.start == s.end else SLICE_BEGIN), track]
-        begin += [pb.string(TE_NAME, hta_name(s)), pb.string(TE_CATEGORIES, s.kind)]
-        begin += [_annotation(k, v) for k, v in s.args.items()]
+        begin = [pb.uint(TE_TYPE, INSTANT if s.start == s.end else SLICE_BEGIN), track, self.described(s)]
         begin += [pb.fixed64(TE_FLOW_IDS, f) for f in flows_out]
         begin += [pb.fixed64(TE_TERMINATING_FLOW_IDS, f) for f in flows_in]
         start, end = self.ns(pid, s.start), self.ns(pid, s.end)

@@ -6,25 +6,27 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
+from functools import cache
 
 VARINT, FIXED64, LENGTH = 0, 1, 2
+_ONE_BYTE = tuple(bytes((v,)) for v in range(0x80))  # the varints of 0..127, the most common
 
 
 def varint(value: int) -> bytes:
     """Base-128 varint; a negative ``int64`` is written as its 64-bit two's complement."""
+    if 0 <= value < 0x80:
+        return _ONE_BYTE[value]
     if value < 0:
         value += 1 << 64
     out = bytearray()
-    while True:
-        byte = value & 0x7F
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
         value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    out.append(value)
+    return bytes(out)
 
 
+@cache
 def key(number: int, wire: int) -> bytes:
     return varint(number << 3 | wire)
 

@@ -147,8 +147,10 @@ def _op_slices(graph: GraphSchedule, ex: ProfiledExecution, ref: ExecRef, shifts
 
 def _call_slice(t: CallTime, graph: GraphSchedule, ex: ProfiledExecution, ref: ExecRef, shifts: _Shifts) -> Slice:
     ops, sf = graph.ops, ex.slow_factor
-    later = [ops.start[k] for k in range(len(ops)) if ops.index[k] >= t.call.after_op]
-    base = min(later) if later else max(ops.end, default=0.0)
+    # op starts never decrease along the schedule's chain: the first op captured after the call
+    # is the earliest of those it delays
+    first = bisect.bisect_left(ops.index, t.call.after_op)
+    base = ops.start[first] if first < len(ops) else max(ops.end, default=0.0)
     start = ex.start + base * sf + shifts.before_call(t)
     p = t.placement
     args = {

@@ -25,12 +25,15 @@
    each: the job's modelled utilisation (the NeuronCores' mean busy share from the daemon's
    snapshots, the figure neuron-monitor reports), the CPU the emulator uses (daemon, launcher,
    32 ranks: psutil, share of one core) and the trace written. Targets (docs/profiling.md
-   §Parallel jobs): utilisation within 2 points of (a), the emulator under one core. Then 3 steps
-   of every rank captured at the daemon's request are viewed the way a user does
-   (``neuron-profile view -d DIR --output-format F`` for summary-text, perfetto and chrome-json,
-   one merged file each): seconds and output size each; target <= 30 s.
+   §Parallel jobs): utilisation within 2 points of (a), the emulator under one core.
+3. ``neuron-profile view`` of 3 steps of all 32 ranks, captured at the daemon's request, the way
+   a user does it (``view -d DIR --output-format F`` for summary-text, perfetto and chrome-json,
+   one merged file each): seconds and output size each, target <= 30 s; for the job as
+   ``neuron-emulator run gpt3-6.7b --tp 8 --dp 4`` runs it (global batch 4: one micro-step and
+   the optimizer per step) and for part 2's job (global batch 64: 16 micro-steps per step, 16x
+   the executions to lay out).
 
-``--part tiny`` or ``--part replay`` runs one part. Prints figures; asserts nothing.
+``--part tiny``, ``replay`` or ``view`` runs one part. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from emulated_job import CORES, JOBS, BenchError, LoadMeter, Run, benchmark_parser, run_benchmark
+from emulated_job import CORES, JOBS, BenchError, Job, LoadMeter, Run, benchmark_parser, run_benchmark
 
 TARGET = 1.05
 WARMUP_STEPS = 2  # step 1 and 2 each compile (or load from the cache) a graph of their own
@@ -171,26 +174,41 @@ replay_notes: list[str] = []
 VIEW_STEPS = 3
 VIEW_TARGET = 30.0  # seconds for `neuron-profile view` of 3 steps, all ranks
 VIEW_FORMATS = {"summary-text": "summary.txt", "perfetto": "trace.pftrace", "chrome-json": "trace.pt.trace.json"}
-views: list[tuple[str, float, int]] = []  # format, seconds, output bytes
+VIEW_JOB = Job("gpt3-6.7b-tp8dp4-run", "GPT3-6.7B TP8xDP4 (run's defaults)", "gpt3-6.7b", ("--tp", "8", "--dp", "4"))
+views: list[tuple[str, str, float, int]] = []  # job, format, seconds, output bytes
 
 
-def _view_all(run: Run) -> None:
-    """Capture 3 steps of every rank at the daemon's request and time `neuron-profile view` on them."""
-    out = run.tmp / "view"
-    errors = _wait_done(run, _request_all(run, out, VIEW_STEPS), timeout=300)
+def _view_all(run: Run, job: str) -> None:
+    """Capture 3 steps of every rank of the running job at the daemon's request and time
+    `neuron-profile view` on them."""
+    out = run.tmp / f"view-{len(views)}"
+    errors = _wait_done(run, _request_all(run, out, VIEW_STEPS), timeout=600)
     replay_notes.extend(f"request failed: {e}" for e in errors)
     size, files = _disk(out)
-    replay_notes.append(f"{VIEW_STEPS} steps of every rank: {size / 2**20:.1f} MiB in {files} files")
+    replay_notes.append(f"{job}: {VIEW_STEPS} steps of every rank captured, {size / 2**20:.1f} MiB in {files} files")
     tool = [str(Path(sys.executable).with_name("neuron-profile"))]  # the console script beside this Python
     for fmt, name in VIEW_FORMATS.items():
-        target = run.tmp / name
+        target = out.with_name(out.name + "-" + name)
         began = time.monotonic()
         subprocess.run(
             [*tool, "view", "-d", str(out), "--output-format", fmt, "--output-file", str(target)],
             check=True,
             capture_output=True,
         )
-        views.append((fmt, time.monotonic() - began, target.stat().st_size))
+        views.append((job, fmt, time.monotonic() - began, target.stat().st_size))
+        target.unlink()
+
+
+def view_jobs(run: Run) -> None:
+    """Part 3 (module docstring)."""
+    if run.daemon is None:
+        run.start_daemon()
+    for job in (VIEW_JOB, REPLAY):
+        running = run.start_job(job, 100_000)
+        run.wait_started(running)
+        run.wait_step(running, 1, timeout=(running.traced() or (0, 0.0, 60.0))[2] + 120)
+        _view_all(run, job.command)
+        run.stop_job()
 
 
 def _started(run: Run, extra_env: dict[str, str] | None = None) -> LoadMeter:
@@ -217,7 +235,6 @@ def replay_job(run: Run, seconds: float) -> None:
     busy, cpu = meter.stop()
     replay_rows.append(Row(f"capture --pid, {steps} steps", busy.cores, busy.utilization, cpu, *_disk(out)))
     replay_notes.extend(f"request failed: {e}" for e in errors)
-    _view_all(run)
     run.stop_job()
     out = run.tmp / "inspect"
     env = {
@@ -233,13 +250,14 @@ def replay_job(run: Run, seconds: float) -> None:
 
 
 def replay_report(seconds: float) -> None:
-    print(f"\ntrn1.32xlarge, {REPLAY.command}: {CORES} ranks; window {seconds:.0f} s per way")
-    print(f"{'way':<30} {'cores busy':>10} {'utilization':>12} {'emulator CPU':>13} {'trace':>10} {'files':>6}")
+    if replay_rows:
+        print(f"\ntrn1.32xlarge, {REPLAY.command}: {CORES} ranks; window {seconds:.0f} s per way")
+        print(f"{'way':<30} {'cores busy':>10} {'utilization':>12} {'emulator CPU':>13} {'trace':>10} {'files':>6}")
     for r in replay_rows:
         size = f"{r.trace_bytes / 2**20:.1f} MiB"
         figures = f"{100 * r.utilization:>11.1f}% {100 * r.cpu:>12.1f}%"
         print(f"{r.name:<30} {r.cores:>10} {figures} {size:>10} {r.files:>6}")
-    base = replay_rows[0].utilization
+    base = replay_rows[0].utilization if replay_rows else 0.0
     for r in replay_rows[1:]:
         delta = 100 * (r.utilization - base)
         verdict = "ok" if abs(delta) <= 2 and r.cpu < 1 else "MISSED"
@@ -249,10 +267,10 @@ def replay_report(seconds: float) -> None:
         )
     for note in replay_notes:
         print(f"  {note}")
-    for fmt, seconds, size in views:
+    for job, fmt, seconds, size in views:
         verdict = "ok" if seconds <= VIEW_TARGET else "MISSED"
         print(
-            f"neuron-profile view --output-format {fmt}: {seconds:.1f} s (target <= {VIEW_TARGET:.0f} s), "
+            f"{job}: neuron-profile view --output-format {fmt}: {seconds:.1f} s (target <= {VIEW_TARGET:.0f} s), "
             f"{size / 2**20:.1f} MiB written: {verdict}"
         )
 
@@ -280,7 +298,8 @@ def main() -> int:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--steps", type=int, default=30, help="steps per training process (default 30)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the three variants (default 3)")
-    parser.add_argument("--part", choices=("tiny", "replay", "all"), default="all", help="which part (default all)")
+    parts = ("tiny", "replay", "view", "all")
+    parser.add_argument("--part", choices=parts, default="all", help="which part (default all)")
     parser.add_argument("--seconds", type=float, default=60.0, help="part 2: window per way (default 60)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -295,10 +314,12 @@ def main() -> int:
             gpt_tiny(run, args.steps, args.rounds)
         if args.part in ("replay", "all"):
             replay_job(run, args.seconds)
+        if args.part in ("view", "all"):
+            view_jobs(run)
 
     def both() -> None:
         report()
-        if replay_rows:
+        if replay_rows or views:
             replay_report(args.seconds)
 
     return run_benchmark("profile_overhead", "nt-profile-", body, both)

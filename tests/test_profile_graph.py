@@ -45,6 +45,14 @@ def test_profile_graph_runs_a_cached_graph_and_profiles_one_execution(daemon_fac
     starts = [e.ts for e in events if e.kind == "nrt_execute"]
     assert len(starts) == 4
     assert all(math.isclose(b - a, graph.compute_seconds, rel_tol=1e-6) for a, b in itertools.pairwise(starts))
+    # as a user: neuron-profile capture -n runs it; -s names the session file show-session reads
+    session = short_tmp / "session" / "one.ntff"
+    argv = ["neuron-profile", "capture", "-n", digest[:10], "-s", str(session), "-o", str(short_tmp / "out2")]
+    captured = run_tool(argv, daemon.address, timeout=60, **env)
+    assert captured.returncode == 0, captured.stderr
+    shown = run_tool(["neuron-profile", "show-session", "-s", str(session)], None)
+    assert shown.returncode == 0, shown.stderr
+    assert f"UUID: {digest}" in shown.stdout
 
 
 def test_profile_graph_errors_are_one_line(short_tmp: Path) -> None:

@@ -1,4 +1,4 @@
-"""``neuron-emulator profile-graph GRAPH [--num-exec N] [--profile-nth-exec K] [--output-dir DIR]``:
+"""``neuron-emulator profile-graph GRAPH [--num-exec N] [--profile-nth-exec K] [--output-dir DIR] [--session-file F]``:
 run one graph of the persistent compile cache on a free NeuronCore and profile one execution of
 it, as ``neuron-profile capture -n NEFF`` does (what the emulated ``neuron-profile capture -n``
 runs). The work is :func:`emulator.runtime.standalone.profile_graph`; docs/profiling.md.
@@ -7,13 +7,14 @@ runs). The work is :func:`emulator.runtime.standalone.profile_graph`; docs/profi
 from __future__ import annotations
 
 import argparse
+import shutil
 from pathlib import Path
 from typing import Any
 
 from emulator.cli.args import ArgumentError, Handler, positive_int
 from emulator.runtime.errors import NeuronRuntimeError
 from emulator.workloads.errors import report_error
-from neurontools.contract.profile import DEFAULT_OUTPUT_DIR
+from neurontools.contract.profile import DEFAULT_OUTPUT_DIR, TRACE_INFO
 from neurontools.sources.daemon_client import DaemonError, DaemonUnavailable
 
 
@@ -29,7 +30,22 @@ def add(sub: Any) -> dict[str, Handler]:
     cmd.add_argument("--num-exec", metavar="N", help="executions to run (default 1)")
     cmd.add_argument("--profile-nth-exec", metavar="K", help="the execution to profile (default: the last)")
     cmd.add_argument("--output-dir", metavar="DIR", default=DEFAULT_OUTPUT_DIR, help="default ./output")
+    cmd.add_argument(
+        "--session-file",
+        metavar="FILE",
+        help="also write the device profile to FILE, its graph file and trace_info.json beside it "
+        "(what 'neuron-profile view -s FILE' reads)",
+    )
     return {"profile-graph": run}
+
+
+def _session_file(directory: Path, graph_hash: str, target: Path) -> None:
+    """The capture's device profile as ``target``, with the files a session is read with beside it."""
+    (profile,) = directory.glob(f"neff_{graph_hash}_vnc_*.ntff")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(profile, target)
+    for name in (f"neff_{graph_hash}.neff", TRACE_INFO):
+        shutil.copyfile(directory / name, target.parent / name)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
         if nth > num_exec:
             raise ArgumentError(f"--profile-nth-exec {nth} is past --num-exec {num_exec}")
         done = profile_graph(graph, num_exec=num_exec, profile_nth=nth, output_dir=Path(args.output_dir))
+        if args.session_file:
+            _session_file(done.directory, done.graph_hash, Path(args.session_file))
     except (ArgumentError, GraphNotFound) as exc:
         report_error(str(exc))
         return 1
@@ -54,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         report_error(f"daemon: {exc}")
         return 1
     except OSError as exc:
-        report_error(f"{args.output_dir}: {exc.strerror or exc}")
+        report_error(f"{exc.filename or args.output_dir}: {exc.strerror or exc}")
         return 1
     print(
         f"graph {done.graph_hash[:20]}: {done.executions} execution(s) of {done.device_seconds * 1e3:.3f} ms "

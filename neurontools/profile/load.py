@@ -116,8 +116,6 @@ def _ntff_order(path: Path) -> tuple[int, str]:
 def _load_session(path: Path) -> ProcessCapture:
     if not path.is_file():
         raise LoadError(f"{path}: no such file")
-    if NTFF_NAME.match(path.name) is None:
-        raise LoadError(f"{path}: not a device profile name (expected neff_<hash>_vnc_<core>.ntff)")
     info_path = path.parent / TRACE_INFO
     if not info_path.is_file():
         raise LoadError(f"{path}: no {TRACE_INFO} beside it")

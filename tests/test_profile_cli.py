@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from neurontools.cli import CliError
@@ -18,6 +20,7 @@ from neurontools.profile import run
 from neurontools.profile.cli import main
 from neurontools.sources.daemon_client import DaemonError
 from tests import profile_support as ps
+from tests.support import BIN, reap, wait_until
 
 
 def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
@@ -91,6 +94,22 @@ def test_inspect_sets_the_runtime_variables_and_relays_the_status(tmp_path: Path
     env = run.inspect_env({}, "o", 5, "session")
     assert env["NEURON_RT_INSPECT_ENABLE"] == "1" and env["NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC"] == "5"
     assert env["NEURON_RT_INSPECT_DEVICE_PROFILE"] == "session"
+
+
+def test_inspect_child_dies_with_the_tool_even_by_sigkill(tmp_path: Path) -> None:
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    tool = subprocess.Popen([str(BIN / "neuron-profile"), "inspect", "-o", str(tmp_path), "--", *sleeper])
+    child = None
+    try:
+        assert wait_until(lambda: bool(psutil.Process(tool.pid).children()), timeout=30)
+        (child,) = psutil.Process(tool.pid).children()
+        tool.kill()  # SIGKILL: no handler of the tool's runs
+        tool.wait()
+        assert wait_until(lambda: not child.is_running() or child.status() == psutil.STATUS_ZOMBIE, timeout=10)
+    finally:
+        reap(tool)
+        if child is not None and child.is_running():
+            child.kill()
 
 
 def test_capture_without_the_emulator_is_one_line(

@@ -1,16 +1,18 @@
 """Running a command under the profiler (docs/profiling.md): ``inspect`` starts the user's command
 with the runtime's capture variables set; ``capture -n GRAPH`` starts ``neuron-emulator
-profile-graph``. The child dies with the tool: SIGINT and SIGTERM are forwarded to it, and it is
-killed if the tool leaves first. The tool exits with the child's status."""
+profile-graph``. The child dies with the tool: SIGINT and SIGTERM are forwarded to it, it is
+killed if the tool leaves first, and on Linux it gets SIGTERM when the tool dies any other way
+(even SIGKILL: ``PR_SET_PDEATHSIG``). The tool exits with the child's status."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -45,10 +47,23 @@ def emulator_command() -> str:
     )
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def _death_signal() -> Callable[[], None] | None:
+    """What the child runs before exec to get SIGTERM when the tool dies (Linux's prctl, looked up
+    here in the parent: between fork and exec the child only calls it); None elsewhere."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
 def run_child(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     """Run ``argv`` to its end and return its exit status (128 + N when a signal N ended it)."""
     try:
-        child = subprocess.Popen(list(argv), env=None if env is None else dict(env))
+        child = subprocess.Popen(list(argv), env=None if env is None else dict(env), preexec_fn=_death_signal())
     except OSError as exc:
         raise CliError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
 

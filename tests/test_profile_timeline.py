@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
@@ -65,6 +66,27 @@ def test_summary_fields_and_fractions(timeline: Timeline) -> None:
                 assert 0.0 <= value <= 1.0, key
         for absent in ("tensor_engine_instruction_count", "sbuf_read_bytes", "spill_save_bytes", "throttle_count"):
             assert absent not in r
+
+
+def test_an_execution_that_never_ran_has_no_device_slices(tmp_path: Path) -> None:
+    failed = dataclasses.replace(
+        ps.execution(1.0, 0, step=2, start=ps.START + 1.0),
+        device_seconds=0.0,
+        engines={},
+        flops=0,
+        collectives=(),
+        outcome="completed_with_err",
+    )
+    ps.write_process(tmp_path, 7, 0, 0, [ps.execution(1.0, 100), failed])
+    timeline = build(load(str(tmp_path)))
+    ok, bad = timeline.executions
+    assert not list(bad.device_slices())  # only the host share before it
+    (record,) = summarize(timeline)
+    assert record["total_time"] == ok.execution.device_seconds
+    for engine, seconds in ok.execution.engines.items():
+        key = f"{engine}_engine_active_time" if engine != "dma" else "dma_active_time"
+        assert record[key] == pytest.approx(seconds, abs=TOL)
+    assert all(0.0 <= v <= 1.0 for k, v in record.items() if k.endswith("_percent"))
 
 
 def test_a_capture_without_its_peaks_has_no_mfu_hfu_or_mbu(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from emulator.parallel.plan_file import GraphEntry, RankPlan
 from emulator.parallel.schedule_files import PROFILE_REQUEST
 from emulator.profile.info import trace_info
 from emulator.profile.records import profiled_execution
-from emulator.profile.session import Profiler
+from emulator.profile.session import Done, Profiler
 from emulator.runtime.attach import RuntimeSession
 from emulator.runtime.execution import Execution
 from emulator.runtime.faults import NO_FAULTS, CoreFaults
@@ -70,6 +70,7 @@ class RankProfile:
         self._numbers: Counter[tuple[str, int]] = Counter()
         self._headers: dict[tuple[str, int], DeviceProfileHeader] = {}
         self._wanted: dict[Path, set[str]] = {}  # capture directory -> graph hashes it needs
+        self._finished: list[Done] = []  # daemon requests captured, waiting for their schedule files
         self._asked = self._told = False
         self._tid = threading.get_native_id()
         self._cpu = _cpu_seconds(), time.monotonic()
@@ -153,6 +154,7 @@ class RankProfile:
 
     def step_ends(self, step: int, start: float, end: float) -> None:
         """The step's span; the schedule files written so far; report the captures finished."""
+        self._report_finished(final=False)
         if not self.profiler.active:
             return
         track = f"framework/TID:{self._tid}"
@@ -163,11 +165,23 @@ class RankProfile:
             self.profiler.event(SystemEvent("cpu_util", "cpu_util", end, track="cpu", value=value))
         self._cpu = cpu, now
         self._copy_schedules(wait=0.0)
-        for request, dirs, error in self.profiler.step_ends(step):
-            missing = self._copy_schedules(wait=SCHEDULE_WAIT_S, only={Path(d) for d in dirs})
+        self._finished.extend(self.profiler.step_ends(step))
+        self._report_finished(final=False)
+
+    def _report_finished(self, *, final: bool) -> None:
+        """Report the finished captures whose schedule files are all copied. Never waits on the
+        step's path: a capture whose files the launcher is still writing is reported after a later
+        step; at the end (``final``) it waits up to SCHEDULE_WAIT_S, then reports what is missing."""
+        waiting: list[Done] = []
+        for request, dirs, error in self._finished:
+            missing = self._copy_schedules(wait=SCHEDULE_WAIT_S if final else 0.0, only={Path(d) for d in dirs})
+            if missing and error is None and not final:
+                waiting.append((request, dirs, error))
+                continue
             if error is None and missing:
                 error = f"schedule files of {missing} graph(s) were not written in time"
             self._report(request, dirs, error)
+        self._finished = waiting
 
     def _copy_schedules(self, *, wait: float, only: set[Path] | None = None) -> int:
         """Copy each wanted schedule file the launcher has written; how many are still missing
@@ -200,6 +214,7 @@ class RankProfile:
         """The process ends: requests still open are reported failed (with what was captured)."""
         if self.profiler.active:
             self._copy_schedules(wait=SCHEDULE_WAIT_S)
+        self._report_finished(final=True)
         for request, dirs, error in self.profiler.abandon():
             self._report(request, dirs, error)
         self.profiler.close()

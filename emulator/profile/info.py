@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from emulator.hardware import get_instance_type
-from emulator.hardware.neuroncore_v2 import NEURONCORE_V2, NeuronCoreV2Spec
+from emulator.hardware.neuroncore_v2 import NeuronCoreV2Spec
 from neurontools.contract.profile import TraceInfo
 
 PEAK_DTYPE = "bfloat16"  # MFU's peak: TensorE at BF16, the dtype Trn1 training runs (docs/profiling.md)
@@ -30,11 +30,11 @@ def _command() -> str:
     return " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part)
 
 
-def _core_spec(instance_type: str) -> NeuronCoreV2Spec:
+def _core_spec(instance_type: str) -> NeuronCoreV2Spec | None:
     try:
         return get_instance_type(instance_type).chip.core
     except (KeyError, ValueError):
-        return NEURONCORE_V2  # an unknown type (a foreign daemon): Trn1's NeuronCore-v2
+        return None  # an unknown type: its peaks are not known (written as 0: no MFU/MBU)
 
 
 def trace_info(instance_id: str, instance_type: str, ranks: Mapping[int, int], world_size: int = 1) -> TraceInfo:
@@ -53,6 +53,6 @@ def trace_info(instance_id: str, instance_type: str, ranks: Mapping[int, int], w
         ranks={str(c): r for c, r in ranks.items()},
         world_size=world_size,
         command=_command(),
-        peak_flops=core.tensor.peak(PEAK_DTYPE).base,
-        hbm_bandwidth=core.hbm_bandwidth.base,
+        peak_flops=core.tensor.peak(PEAK_DTYPE).base if core is not None else 0.0,
+        hbm_bandwidth=core.hbm_bandwidth.base if core is not None else 0.0,
     )

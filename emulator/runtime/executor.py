@@ -179,7 +179,7 @@ class DeviceRuntime:
         """A collective of the global ``ranks`` done for this step: costed at ``mark_step`` on the
         ranks' NeuronCores, which ``store`` (the job's) tells (emulator/runtime/placement.py);
         ``concurrent``: the other groups doing the same collective at the same time."""
-        after_op = self._pending_ops() if self.profile.active else None  # where it sits in the step
+        after_op = self._pending_ops()  # where it sits in the step (a count: cheap, so always known)
         placement = this_process()
         placement.publish(store, job_rank(), self.global_core)
         cores = placement.cores(store, ranks)

@@ -2,7 +2,8 @@
 
 The execution's own record (:class:`ExecutedCollective`: kind, bytes, ``count`` identical ones,
 their seconds with faults applied) is what the daemon counted, so it comes first: each call takes
-the next unused entry of its kind and payload. A call the record does not list takes the
+the next unused entry of its kind, payload and group size (a TP and a DP all-reduce of one
+payload are different collectives). A call the record does not list takes the
 header's placement (the cost model's seconds on a healthy core) times the execution's slow factor.
 """
 
@@ -36,15 +37,19 @@ class CallTime:
 
 def call_times(graph: GraphSchedule, header: DeviceProfileHeader, execution: ProfiledExecution) -> list[CallTime]:
     """Every collective call of ``graph`` with its seconds in ``execution``, in call order."""
-    left: dict[tuple[str, int], list[list[float]]] = {}
+    left: dict[tuple[str, int, int], list[list[float]]] = {}
     for entry in execution.collectives:
-        key = (entry.kind, entry.bytes)
+        key = (entry.kind, entry.bytes, entry.ranks)
         left.setdefault(key, []).append([entry.seconds, entry.count])
     placements = {p.call: p for p in header.collectives}
     times = []
     for index, call in enumerate(graph.collectives):
         placement = placements.get(index)
-        seconds, source = _take(left.get((call.kind, call.bytes), [])), EXECUTED
+        if placement is not None:
+            entries = left.get((call.kind, call.bytes, len(placement.ranks)), [])
+        else:  # no placement to tell the group: any entry of its kind and payload
+            entries = [e for k, es in left.items() if k[:2] == (call.kind, call.bytes) for e in es]
+        seconds, source = _take(entries), EXECUTED
         if seconds is None:
             seconds = placement.seconds * execution.slow_factor if placement is not None else 0.0
             source = MODELLED

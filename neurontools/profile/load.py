@@ -5,6 +5,7 @@ or the contract's :class:`ProfileFormatError`: one line for the command to print
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,9 +92,12 @@ def _process_dirs(root: Path) -> list[Path]:
         raise LoadError(f"{root}: not a directory (give a device profile with -s)")
     if (root / TRACE_INFO).is_file():
         return [root]
-    found = sorted(
-        p for p in root.iterdir() if p.is_dir() and PROCESS_DIR_NAME.match(p.name) and (p / TRACE_INFO).is_file()
-    )
+    try:
+        found = sorted(
+            p for p in root.iterdir() if p.is_dir() and PROCESS_DIR_NAME.match(p.name) and (p / TRACE_INFO).is_file()
+        )
+    except OSError as exc:
+        raise LoadError(f"{root}: {exc.strerror or exc}") from None
     if not found:
         raise LoadError(f"{root}: no capture here (expected <instance-id>_pid_<pid>/ directories holding {TRACE_INFO})")
     return found
@@ -104,8 +108,16 @@ def _load_process(path: Path) -> ProcessCapture:
     trace = path / SYSTEM_TRACE
     events = tuple(read_system_trace(trace)) if trace.is_file() else ()
     profiles = [_read_profile(p) for p in sorted(path.glob("*.ntff"), key=_ntff_order) if NTFF_NAME.match(p.name)]
-    graphs = {h: read_graph(path / neff_file(h)) for h in sorted({p.header.graph_hash for p in profiles})}
-    return ProcessCapture(path, info, events, graphs, tuple(profiles))
+    hashes = sorted({p.header.graph_hash for p in profiles})
+    graphs = {h: read_graph(path / neff_file(h)) for h in hashes if (path / neff_file(h)).is_file()}
+    for h in hashes:  # a capture cut short before its graph file arrived: the rest stays readable
+        if h not in graphs:
+            print(
+                f"neuron-profile: warning: {path / neff_file(h)} is missing; its device profiles are left out",
+                file=sys.stderr,
+            )
+    kept = tuple(p for p in profiles if p.header.graph_hash in graphs)
+    return ProcessCapture(path, info, events, graphs, kept)
 
 
 def _ntff_order(path: Path) -> tuple[int, str]:

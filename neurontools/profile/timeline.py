@@ -89,23 +89,35 @@ def lay_out(
     core = profile.header.core
     pid = process.info.pid
     ref = ExecRef(pid, core, graph.hash, ex.step, ex.number)
-    times = call_times(graph, profile.header, ex)
+    # an execution that never ran on the device (failed by a hardware error, or blocked by a lost
+    # peer: no device time, no engine time in its record) has no op or collective slices
+    ran = ex.device_seconds > 0
+    times = call_times(graph, profile.header, ex) if ran else []
     shifts = _Shifts(times)
-    slices = list(_op_slices(graph, ex, ref, shifts))
+    slices = list(_op_slices(graph, ex, ref, shifts)) if ran else []
     calls = [(t, _call_slice(t, graph, ex, ref, shifts)) for t in times]
     slices.extend(s for _, s in calls)
     last = max((s.end for s in slices), default=ex.start)
-    if ex.start + ex.device_seconds > last + TAIL_EPSILON:
-        args = {"graph": graph.name, "hbm_seconds": graph.hbm_seconds * ex.slow_factor}
-        slices.append(
-            Slice(TrackId(pid, core, HBM_TRACK), "HBM traffic", last, ex.start + ex.device_seconds, HBM_TAIL, args, ref)
-        )
+    if ran and ex.start + ex.device_seconds > last + TAIL_EPSILON:
+        slices.append(_tail(graph, ex, ref, last, sum(t.seconds for t in times)))
     if ex.host_seconds > 0:
         host = TrackId(pid, core, HOST_TRACK)
         args = {"graph": graph.name, "step": ex.step, "outcome": ex.outcome}
         slices.append(Slice(host, "nrt_execute", ex.start - ex.host_seconds, ex.start, HOST, args, ref))
     rank = process.rank_of(core)
     return ExecutionLayout(process, profile, graph, ex, ref, rank, tuple(slices), tuple(calls))
+
+
+def _tail(graph: GraphSchedule, ex: ProfiledExecution, ref: ExecRef, last: float, collectives: float) -> Slice:
+    """The device time after the last slice: HBM traffic when the graph's HBM bytes bound it (its
+    compute time is the HBM stream time), else the chain's drain (an op's own time can end before
+    it has streamed its producer's last tile: docs/cost-model.md)."""
+    end = ex.start + ex.device_seconds
+    hbm = graph.hbm_seconds * ex.slow_factor
+    hbm_bound = abs(hbm + collectives - ex.device_seconds) <= 1e-9 * ex.device_seconds
+    name = "HBM traffic" if hbm_bound else "pipeline drain"
+    args = {"graph": graph.name, "hbm_seconds": hbm, "bound": "hbm" if hbm_bound else "chain"}
+    return Slice(TrackId(ref.pid, ref.core, HBM_TRACK), name, last, end, HBM_TAIL, args, ref)
 
 
 class _Shifts:

@@ -71,18 +71,26 @@ def _activity(lays: Sequence[ExecutionLayout], total: float) -> Record:
     """Active time of the core (union of every busy row) and of each engine (its slices' sum)."""
     busy = [(s.start, s.end) for lay in lays for s in lay.device_slices() if s.kind != HBM_TAIL]
     out: Record = {"total_active_time": length(busy)}
+    seconds = _engine_seconds(lays)
     out["total_active_time_percent"] = _share(out["total_active_time"], total)
     for engine in COMPUTE_ENGINES:
-        active = _engine_seconds(lays, engine)
+        active = seconds.get(engine, 0.0)
         out[f"{engine}_engine_active_time"] = active
         out[f"{engine}_engine_active_time_percent"] = _share(active, total)
-    out[f"{DMA}_active_time"] = _engine_seconds(lays, DMA)
+    out[f"{DMA}_active_time"] = seconds.get(DMA, 0.0)
     out[f"{DMA}_active_time_percent"] = _share(out[f"{DMA}_active_time"], total)
     return out
 
 
-def _engine_seconds(lays: Sequence[ExecutionLayout], engine: str) -> float:
-    return sum(s.seconds for lay in lays for s in lay.device_slices() if s.track.engine == engine)
+def _engine_seconds(lays: Sequence[ExecutionLayout]) -> dict[str, float]:
+    """Each engine's busy seconds: the sum of its slices (one pass over them)."""
+    out: dict[str, float] = {}
+    for lay in lays:
+        for s in lay.device_slices():
+            engine = s.track.engine
+            if engine is not None:
+                out[engine] = out.get(engine, 0.0) + s.seconds
+    return out
 
 
 def _flops(lays: Sequence[ExecutionLayout], total: float, peak: float, bandwidth: float) -> Record:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from neurontools.contract.profile import GraphSchedule, ProfiledExecution
 from neurontools.profile.collectives import CallTime, call_times
-from neurontools.profile.intervals import covered
+from neurontools.profile.intervals import binned
 from neurontools.profile.load import Capture, DeviceProfile, ProcessCapture
 from neurontools.profile.tracks import (
     CC_TRACK,
@@ -201,9 +201,7 @@ def _utilization(lay: ExecutionLayout) -> list[tuple[float, float]]:
         return []
     busy = [(s.start, s.end) for s in lay.slices if s.kind == OP and s.track.engine == TENSOR]
     width = span / UTILIZATION_BINS
-    points = []
-    for b in range(UTILIZATION_BINS):
-        low = lay.start + b * width
-        points.append((low, covered(busy, low, low + width) / width))
+    shares = binned(busy, lay.start, width, UTILIZATION_BINS)
+    points = [(lay.start + b * width, shares[b] / width) for b in range(UTILIZATION_BINS)]
     points.append((lay.end, 0.0))
     return points

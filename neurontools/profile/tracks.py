@@ -8,6 +8,7 @@ otherwise partly overlap: every output format needs slices on one row to nest or
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from neurontools.contract.names import ENGINE_KEYS, ENGINES
@@ -16,6 +17,7 @@ TENSOR, VECTOR, SCALAR, GPSIMD, DMA = ENGINE_KEYS  # fails at import if the engi
 COMPUTE_ENGINES = (TENSOR, VECTOR, SCALAR, GPSIMD)
 ENGINE_LABELS = {e.key: e.label for e in ENGINES}
 DMA_QUEUE = "qSyncIO0"  # the one DMA queue an op-level profile has: the graph's own transfers
+_ENGINE_OF_ROW = {**{label: key for key, label in ENGINE_LABELS.items()}, DMA_QUEUE: DMA}  # row name -> engine
 CC_TRACK = "CC-core"
 HBM_TRACK = "HBM"
 HOST_TRACK = "host"
@@ -55,12 +57,12 @@ class TrackId:
     @property
     def engine(self) -> str | None:
         """The engine whose busy time this row counts (DMA for the DMA queue), else None."""
-        if self.name == DMA_QUEUE:
-            return DMA
-        return next((key for key, label in ENGINE_LABELS.items() if label == self.name), None)
+        return _ENGINE_OF_ROW.get(self.name)
 
 
+@cache
 def engine_track(pid: int, core: int, engine: str) -> TrackId:
+    """The row of an engine of a core (one shared object per row: a capture has millions of ops)."""
     return TrackId(pid, core, DMA_QUEUE if engine == DMA else ENGINE_LABELS.get(engine, engine))
 
 

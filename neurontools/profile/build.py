@@ -32,8 +32,12 @@ class Timeline:
         return sorted(found, key=lambda t: t.key)
 
 
-def build(capture: Capture) -> Timeline:
+def build(capture: Capture, *, rows: bool = True) -> Timeline:
+    """The capture's timeline; without ``rows`` only its executions (what the summaries read): no
+    system slices, counters, lanes or flows, which only the traces and the json format show."""
     executions = layouts(capture)
+    if not rows:
+        return Timeline(capture, tuple(executions), (), (), ())
     slices: list[Slice] = [s for lay in executions for s in lay.slices]
     counter_rows = counters(executions)
     for process in capture.processes:

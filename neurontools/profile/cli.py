@@ -62,11 +62,15 @@ def _out(text: str) -> None:
     sys.stdout.flush()
 
 
+SUMMARIES = ("summary-text", "summary-json")  # formats that read only the executions (build's rows=False)
+
+
 def _load(ns: Any) -> Any:
     from neurontools.profile.build import build
     from neurontools.profile.load import load
 
-    return build(load(ns.directory, ns.session, ns.graph))
+    rows = getattr(ns, "output_format", None) not in SUMMARIES
+    return build(load(ns.directory, ns.session, ns.graph), rows=rows)
 
 
 def _view(ns: Any) -> int:

@@ -117,10 +117,11 @@ def test_a_training_process_registers_again_with_a_restarted_daemon(
     assert now["constants"] == before["constants"] > 0 and now["model_code"] == before["model_code"]
     assert now["peak"] >= before["peak"]
     assert [m["model_id"] for m in entry(again, pid)["loaded_models"]] == [m["model_id"] for m in models]
-    # a new daemon's counters start from zero: the graphs were compiled before it started
+    # a new daemon's counters start from zero: the graphs were compiled before it started (a report
+    # already on its way when the process registered again may still carry the old counts: the
+    # process's next report, sent after the registration, carries the counts from zero)
+    assert wait_until(lambda: entry(again, pid)["executions"]["completed"] > 1, timeout=10)
     assert entry(again, pid)["compile_cache"]["misses"] == 0
-    assert sum(again.client.get("/snapshot")["retired"]["executions"].values()) == 0
-    assert wait_until(lambda: entry(again, pid)["executions"]["completed"] > 0, timeout=10)
 
     # its core cannot be claimed by another process
     other = start_holder(again.address, short_tmp, {"NEURON_RT_VISIBLE_CORES": "0"})

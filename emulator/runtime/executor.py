@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
 import torch
@@ -408,9 +408,12 @@ class DeviceRuntime:
         )
 
     def _post(self, ex: Execution) -> None:
-        """Report one execution; keep the core's faults the daemon answers (docs/faults.md)."""
+        """Report one execution; keep the core's faults the daemon answers (docs/faults.md). The
+        compile-cache counts are read as it is sent: a daemon that registered the process again
+        meanwhile counts from zero (docs/lifecycle.md)."""
+        body = {**ex.to_wire(), "compile_cache": asdict(self.cache.counts.reported())}
         try:  # the daemon being away does not stop training (docs/lifecycle.md)
-            answer = self.session.client.post(f"/processes/{self.session.owner_pid}/executions", ex.to_wire())
+            answer = self.session.client.post(f"/processes/{self.session.owner_pid}/executions", body)
         except DaemonUnavailable:
             self.session.suspect()
             return

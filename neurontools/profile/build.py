@@ -1,20 +1,24 @@
 """A whole capture as one timeline (docs/profiling.md §Tracks): every execution laid out
 (:mod:`neurontools.profile.timeline`), the system trace's events, the profiler steps, the counters
 and the flows linking one collective call across ranks (:mod:`neurontools.profile.merge`).
-Slices that would partly overlap on a row are moved to a second lane of it, so every format
-can show each row as properly nested slices."""
+Slices that would partly overlap on a row are moved to a second lane of it
+(:mod:`neurontools.profile.lanes`), so every format can show each row as properly nested slices.
+
+The op slices stay by column in their executions (a parallel job's capture has millions);
+``Timeline.others`` holds every other slice and ``Timeline.slices`` all of them as objects."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from functools import cached_property
 
+from neurontools.profile.lanes import lanes_of
 from neurontools.profile.load import Capture, ProcessCapture
 from neurontools.profile.merge import collective_flows
 from neurontools.profile.timeline import ExecutionLayout, counters, layouts
 from neurontools.profile.tracks import STEP, STEP_TRACK, SYSTEM, Counter, Flow, Slice, TrackId
 
-NEST_EPSILON = 1e-12  # seconds: touching slices are not overlapping ones
 CPU_UTIL = "cpu_util"
 
 
@@ -22,14 +26,35 @@ CPU_UTIL = "cpu_util"
 class Timeline:
     capture: Capture
     executions: tuple[ExecutionLayout, ...]
-    slices: tuple[Slice, ...]  # every slice, each on its lane
+    others: tuple[Slice, ...]  # every slice but the ops', each on its lane
     counters: tuple[Counter, ...]
     flows: tuple[Flow, ...]
+    rows: bool = True  # False: only the executions (what the summaries read)
+
+    @cached_property
+    def slices(self) -> tuple[Slice, ...]:
+        """Every slice, each on its lane: the executions' ops, then the others."""
+        if not self.rows:
+            return ()
+        return (*(s for lay in self.executions for s in lay.op_slices()), *self.others)
 
     def tracks(self) -> list[TrackId]:
         """Every row that has a slice or a counter, sorted (process, host rows, then each core)."""
-        found = {s.track for s in self.slices} | {c.track for c in self.counters}
+        found = {s.track for s in self.others} | {c.track for c in self.counters}
+        if self.rows:
+            found |= op_rows(self.executions)
         return sorted(found, key=lambda t: t.key)
+
+
+def op_rows(executions: Iterable[ExecutionLayout]) -> set[TrackId]:
+    """The rows (lanes included) the executions' ops are on."""
+    seen: set[tuple[int, int, int, int]] = set()
+    rows: set[TrackId] = set()
+    for lay in executions:
+        if lay.op_count and (id(lay.shape), lay.ref.pid, lay.ref.core, lay.lane_base) not in seen:
+            seen.add((id(lay.shape), lay.ref.pid, lay.ref.core, lay.lane_base))
+            rows.update(lay.op_track(k) for k in range(len(lay.shape)))
+    return rows
 
 
 def build(capture: Capture, *, rows: bool = True) -> Timeline:
@@ -37,8 +62,8 @@ def build(capture: Capture, *, rows: bool = True) -> Timeline:
     system slices, counters, lanes or flows, which only the traces and the json format show."""
     executions = layouts(capture)
     if not rows:
-        return Timeline(capture, tuple(executions), (), (), ())
-    slices: list[Slice] = [s for lay in executions for s in lay.slices]
+        return Timeline(capture, tuple(executions), (), (), (), rows=False)
+    slices: list[Slice] = [s for lay in executions for s in lay.others]
     counter_rows = counters(executions)
     for process in capture.processes:
         system, cpu = _system(process)
@@ -73,8 +98,7 @@ def _steps(process: ProcessCapture, executions: list[ExecutionLayout]) -> list[S
     its first execution's host time to its last execution's end."""
     spans: dict[int, tuple[float, float]] = {}
     for lay in executions:
-        low = min(s.start for s in lay.slices) if lay.slices else lay.start
-        high = max([lay.end, *(s.end for s in lay.slices)])
+        low, high = lay.extent()
         old = spans.get(lay.execution.step, (low, high))
         spans[lay.execution.step] = (min(old[0], low), max(old[1], high))
     track = TrackId(process.info.pid, None, STEP_TRACK)
@@ -87,22 +111,5 @@ def nest_lanes(slices: Iterable[Slice]) -> list[Slice]:
     """``slices`` (same order) with each moved to the first lane of its row where it nests in, or
     follows, the slices already there."""
     items = list(slices)
-    order = sorted(range(len(items)), key=lambda i: (items[i].track.key, items[i].start, -items[i].end))
-    stacks: dict[TrackId, list[list[float]]] = {}  # row -> per lane, the ends of its open slices
-    out: list[Slice] = list(items)
-    for i in order:
-        s = items[i]
-        lanes = stacks.setdefault(s.track, [])
-        lane = next((n for n, stack in enumerate(lanes) if _fits(stack, s)), len(lanes))
-        if lane == len(lanes):
-            lanes.append([])
-        lanes[lane].append(s.end)
-        if lane:
-            out[i] = replace(s, track=replace(s.track, lane=lane))
-    return out
-
-
-def _fits(stack: list[float], s: Slice) -> bool:
-    while stack and stack[-1] <= s.start + NEST_EPSILON:
-        stack.pop()
-    return not stack or s.end <= stack[-1] + NEST_EPSILON
+    lanes = lanes_of([s.track.key for s in items], [s.start for s in items], [s.end for s in items])
+    return [replace(s, track=replace(s.track, lane=lane)) if lane else s for s, lane in zip(items, lanes, strict=True)]

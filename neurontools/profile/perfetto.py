@@ -7,6 +7,7 @@ the epoch on the trace's default clock. Field numbers are those of Perfetto's pr
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,8 @@ from neurontools.profile import protobuf as pb
 from neurontools.profile.build import Timeline
 from neurontools.profile.chrome import OP_LEVEL_NOTE, hta_name
 from neurontools.profile.clock import Clock
-from neurontools.profile.tracks import Counter, Slice, TrackId
+from neurontools.profile.timeline import ExecutionLayout
+from neurontools.profile.tracks import OP, Counter, Slice, TrackId
 
 DEFAULT_FILE = "ntff.pftrace"
 SEQUENCE_ID = 1  # one writer: every packet on one trusted sequence
@@ -36,7 +38,32 @@ SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
 DA_NAME, DA_BOOL, DA_INT, DA_DOUBLE, DA_STRING = 10, 2, 4, 5, 6
 
 
+TIMESTAMP_KEY, PACKET_KEY = pb.key(PACKET_TIMESTAMP, pb.VARINT), pb.key(TRACE_PACKET, pb.LENGTH)
 _Timed = tuple[int, int, int, bytes]  # ns, 0 for an end / 1 for a begin, tie-break, the packet
+# a timestamp of the 2020s in ns since the epoch is a 9-byte varint: from 2**56 (1972) to 2**63
+NINE_BYTES = (1 << 56, 1 << 63)
+
+
+def _head(rest: bytes) -> bytes:
+    """A packet's bytes before its 9-byte timestamp varint, given the fields after it."""
+    return PACKET_KEY + pb.varint(len(TIMESTAMP_KEY) + 9 + len(rest)) + TIMESTAMP_KEY
+
+
+@dataclass(frozen=True)
+class _OpTemplates:
+    """The packets of one shape's ops on one core but their timestamps (what differs by execution)."""
+
+    begins: list[bytes]  # per op, the begin packet's fields after the timestamp
+    ends: list[bytes]
+    begin_heads: list[bytes]  # per op, the begin packet's bytes before the timestamp (:func:`_head`)
+    end_heads: list[bytes]
+    order: list[tuple[int, bool]]  # (op, begin?) in time order
+
+
+def _timed(ts: int, rest: bytes) -> bytes:
+    """:func:`_packet` of ``ts``, given the fields after the timestamp (sequence and body)."""
+    inner = TIMESTAMP_KEY + pb.varint(ts) + rest
+    return PACKET_KEY + pb.varint(len(inner)) + inner
 
 
 def _packet(ts: int | None, body: bytes) -> bytes:
@@ -64,22 +91,27 @@ class _Writer:
         self.clock = Clock(timeline.capture)
         self.uuids: dict[TrackId, int] = {}
         self.next_uuid = 1
+        self.annotations: dict[tuple[str, type, Any], bytes] = {}
         # a graph's op has the same name, category and arguments in every execution on every rank:
         # their bytes are encoded once
-        self.encoded: dict[tuple, bytes] = {}
+        self.ops: dict[tuple[str, int], bytes] = {}  # (graph hash, op) -> its name, category and arguments
+        self.templates: dict[tuple[int, int, int, int], _OpTemplates] = {}
 
     def described(self, s: Slice) -> bytes:
         """The slice's name, category and arguments, encoded."""
+        fields = [pb.string(TE_NAME, hta_name(s)), pb.string(TE_CATEGORIES, s.kind)]
+        return b"".join(fields + [self.annotation(k, v) for k, v in s.args.items()])
+
+    def annotation(self, name: str, value: Any) -> bytes:
+        """:func:`_annotation`, encoded once per name and value (a collective's replica group,
+        link, ... repeat in every step)."""
+        key = (name, type(value), tuple(value) if isinstance(value, list) else value)
         try:
-            key = (s.name, s.kind, s.track.name, *s.args.items())
-            found = self.encoded.get(key)
-        except TypeError:  # an argument that cannot be a key (a list): encoded every time
-            key, found = None, None
+            found = self.annotations.get(key)
+        except TypeError:  # a value that cannot be a key
+            return _annotation(name, value)
         if found is None:
-            fields = [pb.string(TE_NAME, hta_name(s)), pb.string(TE_CATEGORIES, s.kind)]
-            found = b"".join(fields + [_annotation(k, v) for k, v in s.args.items()])
-            if key is not None:
-                self.encoded[key] = found
+            found = self.annotations[key] = _annotation(name, value)
         return found
 
     def ns(self, pid: int, t: float) -> int:
@@ -123,6 +155,54 @@ class _Writer:
         if s.start != s.end:
             yield (end, 0, -start, _packet(end, pb.message(PACKET_TRACK_EVENT, [pb.uint(TE_TYPE, SLICE_END), track])))
 
+    def op_packets(self, lay: ExecutionLayout, out: list[_Timed]) -> None:
+        """The begin and end packets of the execution's op slices (what :meth:`slice_packets`
+        writes for each, from bytes made once per shape and core: only the times differ)."""
+        key = (id(lay.shape), lay.ref.pid, lay.ref.core, lay.lane_base)
+        if key not in self.templates:
+            self.templates[key] = self._op_templates(lay)
+        t = self.templates[key]
+        offset = self.clock.offsets.get(lay.ref.pid, 0.0)
+        starts, stops = lay.op_times()
+        ns0 = [round((x + offset) * 1e9) for x in starts]
+        ns1 = [round((x + offset) * 1e9) for x in stops]
+        add, varint = out.append, pb.varint
+        fast = ns0 and NINE_BYTES[0] <= min(ns0) and max(ns1) < NINE_BYTES[1]  # the heads fit
+        for k, begin in t.order:  # in time order (nearly: the sort that follows is then quick)
+            if starts[k] == stops[k]:  # an instant, as slice_packets writes it
+                if begin:
+                    out.extend(self.slice_packets(lay.op_slice(k, starts[k], stops[k]), [], []))
+            elif begin:
+                ns = ns0[k]
+                add((ns, 1, -ns1[k], t.begin_heads[k] + varint(ns) + t.begins[k] if fast else _timed(ns, t.begins[k])))
+            else:
+                ns = ns1[k]
+                add((ns, 0, -ns0[k], t.end_heads[k] + varint(ns) + t.ends[k] if fast else _timed(ns, t.ends[k])))
+
+    def _op_templates(self, lay: ExecutionLayout) -> _OpTemplates:
+        """Per op, its begin and end packets' fields after the timestamp; the order of the events."""
+        begins, ends = [], []
+        sequence = pb.uint(PACKET_SEQUENCE_ID, SEQUENCE_ID)
+        for k in range(len(lay.shape)):
+            track = pb.uint(TE_TRACK, self.uuid(lay.op_track(k)))
+            described = self.op_described(lay, k)
+            begin = [pb.uint(TE_TYPE, SLICE_BEGIN), track, described]
+            begins.append(sequence + pb.message(PACKET_TRACK_EVENT, begin))
+            ends.append(sequence + pb.message(PACKET_TRACK_EVENT, [pb.uint(TE_TYPE, SLICE_END), track]))
+        rel0, rel1 = lay.shape.relative
+        events = [(rel0[k], 1, -rel1[k], k) for k in range(len(rel0))]
+        events += [(rel1[k], 0, -rel0[k], k) for k in range(len(rel0))]
+        order = [(k, flag == 1) for _, flag, _, k in sorted(events)]
+        return _OpTemplates(begins, ends, [_head(b) for b in begins], [_head(e) for e in ends], order)
+
+    def op_described(self, lay: ExecutionLayout, k: int) -> bytes:
+        """:meth:`described` of op ``k`` of the execution's graph (the same on every core)."""
+        key = (lay.graph.hash, k)
+        if key not in self.ops:
+            row = TrackId(lay.ref.pid, lay.ref.core, lay.shape.rows[k])
+            self.ops[key] = self.described(Slice(row, lay.graph.ops.name[k], 0.0, 1.0, OP, lay.op_args(k)))
+        return self.ops[key]
+
     def counter_packets(self, c: Counter) -> Iterator[bytes]:
         track = pb.uint(TE_TRACK, self.uuid(c.track))
         for t, value in c.points:
@@ -138,10 +218,13 @@ class _Writer:
             incoming.setdefault(id(f.target), []).append(f.id)
         timed = [
             event
-            for s in self.timeline.slices
+            for s in self.timeline.others
             for event in self.slice_packets(s, outgoing.get(id(s), []), incoming.get(id(s), []))
         ]
-        timed.sort(key=lambda e: e[:3])  # at one instant: ends first, then the longest slice begins
+        # each core's executions in time order: their events come nearly sorted, which the sort uses
+        for lay in sorted(self.timeline.executions, key=lambda e: (e.ref.pid, e.ref.core, e.start)):
+            self.op_packets(lay, timed)
+        timed.sort()  # at one instant: ends first, then the longest slice begins (then by bytes)
         yield from (packet for *_, packet in timed)
         for c in self.timeline.counters:
             yield from self.counter_packets(c)
@@ -155,6 +238,7 @@ def encode(timeline: Timeline) -> bytes:
 def write(timeline: Timeline, output: str | None) -> list[Path]:
     path = Path(output or DEFAULT_FILE)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(encode(timeline))
+    with open(tmp, "wb", buffering=1 << 20) as out:
+        out.writelines(_Writer(timeline).packets())
     tmp.replace(path)
     return [path]

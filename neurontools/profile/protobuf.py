@@ -6,16 +6,34 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
-from functools import cache
+from functools import cache, lru_cache
 
 VARINT, FIXED64, LENGTH = 0, 1, 2
 _ONE_BYTE = tuple(bytes((v,)) for v in range(0x80))  # the varints of 0..127, the most common
+# the varints of 0..2**14-1, and of each 14-bit group when more groups follow (a trace's
+# timestamps, ~2**61 ns since the epoch, are two such groups, then high bits shared by many)
+_TWO_BYTES = tuple(bytes((v & 0x7F | 0x80, v >> 7)) for v in range(1 << 14))
+_GROUP = tuple(bytes((v & 0x7F | 0x80, v >> 7 | 0x80)) for v in range(1 << 14))
+_MASK = (1 << 14) - 1
 
 
 def varint(value: int) -> bytes:
     """Base-128 varint; a negative ``int64`` is written as its 64-bit two's complement."""
     if 0 <= value < 0x80:
         return _ONE_BYTE[value]
+    if 0 < value < 1 << 14:
+        return _TWO_BYTES[value]
+    if 1 << 28 <= value < 1 << 64:
+        return _GROUP[value & _MASK] + _GROUP[value >> 14 & _MASK] + _high(value >> 28)
+    return _varint(value)
+
+
+@lru_cache(maxsize=4096)
+def _high(value: int) -> bytes:
+    return _varint(value)
+
+
+def _varint(value: int) -> bytes:
     if value < 0:
         value += 1 << 64
     out = bytearray()

@@ -9,7 +9,7 @@ from typing import Any
 from neurontools.contract.profile import FORMAT_VERSION
 from neurontools.profile.build import Timeline
 from neurontools.profile.timeline import ExecutionLayout
-from neurontools.profile.tracks import DMA, GPSIMD, HBM_TAIL, SCALAR, TENSOR
+from neurontools.profile.tracks import DMA, GPSIMD, SCALAR, TENSOR
 
 CORES_PER_DEVICE = 2  # NeuronCore-v2s per Trainium1 device (docs/hardware-catalog.md)
 NOT_DERIVED = "N/A"
@@ -53,8 +53,7 @@ def show_session(timeline: Timeline) -> str:
 
 def _session_row(n: int, lay: ExecutionLayout) -> list[str]:
     core = lay.ref.core
-    ops = [s for s in lay.device_slices() if s.kind != HBM_TAIL]
-    count = {e: sum(1 for s in ops if s.track.engine == e) for e in (TENSOR, SCALAR, GPSIMD, DMA)}
+    count = {e: lay.shape.op_count(e) if lay.op_count else 0 for e in (TENSOR, SCALAR, GPSIMD, DMA)}
     return [
         str(n),
         str(round(lay.execution.device_seconds * 1e9)),
@@ -62,7 +61,7 @@ def _session_row(n: int, lay: ExecutionLayout) -> list[str]:
         lay.graph.name,
         NOT_DERIVED,
         NOT_DERIVED,
-        str(len(ops)),
+        str(lay.op_count + len(lay.calls)),
         "0" if lay.execution.outcome == "completed" else "1",
         str(count[TENSOR]),
         str(count[SCALAR]),

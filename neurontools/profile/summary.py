@@ -16,7 +16,7 @@ from neurontools.profile.groups import collective_groups
 from neurontools.profile.intervals import length
 from neurontools.profile.merge import Outlier, outliers
 from neurontools.profile.timeline import ExecutionLayout
-from neurontools.profile.tracks import COLLECTIVE, COMPUTE_ENGINES, DMA, HBM_TAIL
+from neurontools.profile.tracks import COMPUTE_ENGINES, DMA
 
 MFU_TO_ACTIVE_LOW = 0.5  # Explorer's rule: MFU below half of TensorE's active share
 
@@ -58,7 +58,7 @@ def record(lays: Sequence[ExecutionLayout], slow: Sequence[Outlier] = ()) -> Rec
     out.update(_activity(lays, total))
     out.update(_flops(lays, total, info.peak_flops, info.hbm_bandwidth))
     out.update(_collectives(lays, total))
-    out["event_count"] = sum(1 for lay in lays for s in lay.device_slices() if s.kind != HBM_TAIL)
+    out["event_count"] = sum(lay.op_count + len(lay.calls) for lay in lays)
     out["recommendations"] = recommendations(out, [o for o in slow if _owns(first, o)])
     return out
 
@@ -69,7 +69,8 @@ def _share(part: float, total: float) -> float:
 
 def _activity(lays: Sequence[ExecutionLayout], total: float) -> Record:
     """Active time of the core (union of every busy row) and of each engine (its slices' sum)."""
-    busy = [(s.start, s.end) for lay in lays for s in lay.device_slices() if s.kind != HBM_TAIL]
+    busy = [(lay.start + a, lay.start + b) for lay in lays if lay.op_count for a, b in lay.shape.busy]
+    busy += [(s.start, s.end) for lay in lays for _, s in lay.calls]
     out: Record = {"total_active_time": length(busy)}
     seconds = _engine_seconds(lays)
     out["total_active_time_percent"] = _share(out["total_active_time"], total)
@@ -83,13 +84,12 @@ def _activity(lays: Sequence[ExecutionLayout], total: float) -> Record:
 
 
 def _engine_seconds(lays: Sequence[ExecutionLayout]) -> dict[str, float]:
-    """Each engine's busy seconds: the sum of its slices (one pass over them)."""
+    """Each engine's busy seconds: the sum of its op slices' (the same in every execution of a shape)."""
     out: dict[str, float] = {}
     for lay in lays:
-        for s in lay.device_slices():
-            engine = s.track.engine
-            if engine is not None:
-                out[engine] = out.get(engine, 0.0) + s.seconds
+        if lay.op_count:
+            for engine, seconds in lay.shape.engine_seconds.items():
+                out[engine] = out.get(engine, 0.0) + seconds
     return out
 
 
@@ -107,7 +107,7 @@ def _flops(lays: Sequence[ExecutionLayout], total: float, peak: float, bandwidth
 
 
 def _collectives(lays: Sequence[ExecutionLayout], total: float) -> Record:
-    calls = [s for lay in lays for s in lay.device_slices() if s.kind == COLLECTIVE]
+    calls = [s for lay in lays for _, s in lay.calls]
     active = length((s.start, s.end) for s in calls)
     return {
         "cc_op_count": len(calls),

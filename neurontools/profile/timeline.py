@@ -14,18 +14,23 @@ For each profiled execution of a graph on a core:
 
 Counters: the core's HBM in use at each execution, and TensorE's busy fraction in
 :data:`UTILIZATION_BINS` bins per execution.
+
+The op slices are kept by column: an execution's :class:`Shape` (its ops relative to its start,
+shared by every execution laid out the same way) and its start; :meth:`ExecutionLayout.op_slices`
+makes them objects for whoever wants them.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from neurontools.contract.profile import GraphSchedule, ProfiledExecution
 from neurontools.profile.collectives import CallTime, call_times
-from neurontools.profile.intervals import binned
+from neurontools.profile.lanes import NEST_EPSILON
 from neurontools.profile.load import Capture, DeviceProfile, ProcessCapture
+from neurontools.profile.shape import Shape, ShapeKey, Shifts, shape_key
 from neurontools.profile.tracks import (
     CC_TRACK,
     COLLECTIVE,
@@ -35,7 +40,6 @@ from neurontools.profile.tracks import (
     HOST,
     HOST_TRACK,
     OP,
-    TENSOR,
     TENSOR_UTILIZATION,
     UTILIZATION_BINS,
     Counter,
@@ -50,7 +54,8 @@ TAIL_EPSILON = 1e-12  # seconds: a tail shorter than this is float rounding, not
 
 @dataclass(frozen=True)
 class ExecutionLayout:
-    """One profiled execution laid out: its slices (ops, collectives, HBM tail, host) and calls."""
+    """One profiled execution laid out: its op slices (its :class:`Shape` moved to its start, on
+    lanes from ``lane_base``), its other slices (collectives, HBM tail, host share) and calls."""
 
     process: ProcessCapture
     profile: DeviceProfile
@@ -58,8 +63,10 @@ class ExecutionLayout:
     execution: ProfiledExecution
     ref: ExecRef
     rank: int | None
-    slices: tuple[Slice, ...]
+    shape: Shape
+    others: tuple[Slice, ...]
     calls: tuple[tuple[CallTime, Slice], ...]
+    lane_base: int = 0  # > 0 when the execution overlaps an earlier one on its core (docs/profiling.md §Tracks)
 
     @property
     def start(self) -> float:
@@ -69,43 +76,131 @@ class ExecutionLayout:
     def end(self) -> float:
         return self.execution.start + self.execution.device_seconds
 
+    @property
+    def ran(self) -> bool:
+        """Whether it ran on the device (one failed by a hardware error, or blocked by a lost peer,
+        has no device time, no engine time in its record and no op or collective slices)."""
+        return self.execution.device_seconds > 0
+
+    @property
+    def op_count(self) -> int:
+        return len(self.shape) if self.ran else 0
+
+    def op_times(self) -> tuple[list[float], list[float]]:
+        """Each op slice's start and end."""
+        return self.shape.at(self.start) if self.ran else ([], [])
+
+    def op_track(self, k: int) -> TrackId:
+        return engine_track(self.ref.pid, self.ref.core, self.shape.rows[k], self.shape.lanes[k] + self.lane_base)
+
+    def op_args(self, k: int) -> dict[str, Any]:
+        ops = self.graph.ops
+        return {
+            "graph": self.graph.name,
+            "rule": ops.rule[k],
+            "shapes": ops.shapes[k],
+            "flops": ops.flops[k],
+            "hbm_read": ops.hbm_read[k],
+            "hbm_write": ops.hbm_write[k],
+            "op_index": ops.index[k],
+        }
+
+    def op_slice(self, k: int, start: float, end: float) -> Slice:
+        """Op ``k`` as a :class:`Slice`, given its times (from :meth:`op_times`)."""
+        name, seconds = self.graph.ops.name[k], self.shape.seconds[k]
+        return Slice(self.op_track(k), name, start, end, OP, self.op_args(k), self.ref, seconds)
+
+    def op_slices(self) -> list[Slice]:
+        """The op slices as :class:`Slice` objects (the writers of large captures use the columns)."""
+        starts, ends = self.op_times()
+        return [self.op_slice(k, starts[k], ends[k]) for k in range(len(starts))]
+
+    @property
+    def slices(self) -> tuple[Slice, ...]:
+        """Every slice of the execution, the ops first."""
+        return (*self.op_slices(), *self.others)
+
     def device_slices(self) -> Iterator[Slice]:
         return (s for s in self.slices if s.kind != HOST)
 
+    def extent(self) -> tuple[float, float]:
+        """From the start of its first slice to the end of its last (the device time at least)."""
+        low, high = self.start, self.end
+        if self.op_count:
+            first, last = self.shape.extent
+            low, high = min(low, self.start + first), max(high, self.start + last)
+        for s in self.others:
+            low, high = min(low, s.start), max(high, s.end)
+        return low, high
+
+
+ShapeCache = dict[ShapeKey, Shape]
+
 
 def layouts(capture: Capture) -> list[ExecutionLayout]:
-    """Every profiled execution of the capture, laid out, in process, core and time order."""
+    """Every profiled execution of the capture, laid out, in process, core and time order; an
+    execution that overlaps an earlier one on its core has its op lanes above that one's."""
     out: list[ExecutionLayout] = []
+    shapes: ShapeCache = {}
     for process in capture.processes:
         for profile in process.profiles:
             graph = process.graphs[profile.header.graph_hash]
-            out.extend(lay_out(process, profile, graph, ex) for ex in profile.executions)
+            out.extend(lay_out(process, profile, graph, ex, shapes) for ex in profile.executions)
+    return _stacked(out)
+
+
+def _stacked(executions: list[ExecutionLayout]) -> list[ExecutionLayout]:
+    """``executions`` with each one's ``lane_base`` above the lanes of the earlier executions of
+    its core its op slices overlap (none, in a real capture: a core runs one execution at a time)."""
+    by_core: dict[tuple[int, int], list[int]] = {}
+    for n, lay in enumerate(executions):
+        by_core.setdefault((lay.ref.pid, lay.ref.core), []).append(n)
+    out = list(executions)
+    for members in by_core.values():
+        running: list[tuple[float, int]] = []  # (op extent end, first lane above it) of earlier ones
+        for n in sorted(members, key=lambda m: executions[m].start):
+            lay = executions[n]
+            if not lay.op_count:
+                continue
+            first, last = (lay.start + t for t in lay.shape.extent)
+            running = [r for r in running if r[0] > first + NEST_EPSILON]
+            base = max((top for _, top in running), default=0)
+            if base:
+                out[n] = replace(lay, lane_base=base)
+            running.append((last, base + lay.shape.lane_count))
     return out
 
 
 def lay_out(
-    process: ProcessCapture, profile: DeviceProfile, graph: GraphSchedule, ex: ProfiledExecution
+    process: ProcessCapture,
+    profile: DeviceProfile,
+    graph: GraphSchedule,
+    ex: ProfiledExecution,
+    shapes: ShapeCache | None = None,
 ) -> ExecutionLayout:
     core = profile.header.core
     pid = process.info.pid
     ref = ExecRef(pid, core, graph.hash, ex.step, ex.number)
-    # an execution that never ran on the device (failed by a hardware error, or blocked by a lost
-    # peer: no device time, no engine time in its record) has no op or collective slices
     ran = ex.device_seconds > 0
     times = call_times(graph, profile.header, ex) if ran else []
-    shifts = _Shifts(times)
-    slices = list(_op_slices(graph, ex, ref, shifts)) if ran else []
-    calls = [(t, _call_slice(t, graph, ex, ref, shifts)) for t in times]
-    slices.extend(s for _, s in calls)
-    last = max((s.end for s in slices), default=ex.start)
+    shifts = Shifts(times)
+    key = shape_key(graph, ex.slow_factor, times)
+    shapes = {} if shapes is None else shapes
+    if key not in shapes:
+        shapes[key] = Shape.of(graph, ex.slow_factor, shifts)
+    shape = shapes[key]
+    calls = [(t, _call_slice(t, shape, ex, ref, shifts)) for t in times]
+    others = [s for _, s in calls]
+    last = max([ex.start + shape.extent[1]] if ran and len(shape) else [], default=ex.start)
+    last = max([last, *(s.end for s in others)])
     if ran and ex.start + ex.device_seconds > last + TAIL_EPSILON:
-        slices.append(_tail(graph, ex, ref, last, sum(t.seconds for t in times)))
+        others.append(_tail(graph, ex, ref, last, sum(t.seconds for t in times)))
     if ex.host_seconds > 0:
         host = TrackId(pid, core, HOST_TRACK)
         args = {"graph": graph.name, "step": ex.step, "outcome": ex.outcome}
-        slices.append(Slice(host, "nrt_execute", ex.start - ex.host_seconds, ex.start, HOST, args, ref))
+        others.append(Slice(host, "nrt_execute", ex.start - ex.host_seconds, ex.start, HOST, args, ref))
     rank = process.rank_of(core)
-    return ExecutionLayout(process, profile, graph, ex, ref, rank, tuple(slices), tuple(calls))
+    return ExecutionLayout(process, profile, graph, ex, ref, rank, shape, tuple(others), tuple(calls))
 
 
 def _tail(graph: GraphSchedule, ex: ProfiledExecution, ref: ExecRef, last: float, collectives: float) -> Slice:
@@ -120,50 +215,8 @@ def _tail(graph: GraphSchedule, ex: ProfiledExecution, ref: ExecRef, last: float
     return Slice(TrackId(ref.pid, ref.core, HBM_TRACK), name, last, end, HBM_TAIL, args, ref)
 
 
-class _Shifts:
-    """How much later each op runs because of the collectives inserted before it."""
-
-    def __init__(self, times: list[CallTime]) -> None:
-        self.order = sorted(times, key=lambda t: (t.call.after_op, t.index))
-        self.after = [t.call.after_op for t in self.order]
-        self.total = [0.0]
-        for t in self.order:
-            self.total.append(self.total[-1] + t.seconds)
-
-    def of_op(self, index: int) -> float:
-        """Seconds of every collective placed before captured op ``index``."""
-        return self.total[bisect.bisect_right(self.after, index)]
-
-    def before_call(self, time: CallTime) -> float:
-        """Seconds of the collectives that run before this one."""
-        return self.total[self.order.index(time)]
-
-
-def _op_slices(graph: GraphSchedule, ex: ProfiledExecution, ref: ExecRef, shifts: _Shifts) -> Iterator[Slice]:
-    ops, sf = graph.ops, ex.slow_factor
-    for k in range(len(ops)):
-        shift = shifts.of_op(ops.index[k])
-        args = {
-            "graph": graph.name,
-            "rule": ops.rule[k],
-            "shapes": ops.shapes[k],
-            "flops": ops.flops[k],
-            "hbm_read": ops.hbm_read[k],
-            "hbm_write": ops.hbm_write[k],
-            "op_index": ops.index[k],
-        }
-        start, end = ex.start + shift + ops.start[k] * sf, ex.start + shift + ops.end[k] * sf
-        track = engine_track(ref.pid, ref.core, ops.engine[k])
-        yield Slice(track, ops.name[k], start, end, OP, args, ref, (ops.end[k] - ops.start[k]) * sf)
-
-
-def _call_slice(t: CallTime, graph: GraphSchedule, ex: ProfiledExecution, ref: ExecRef, shifts: _Shifts) -> Slice:
-    ops, sf = graph.ops, ex.slow_factor
-    # op starts never decrease along the schedule's chain: the first op captured after the call
-    # is the earliest of those it delays
-    first = bisect.bisect_left(ops.index, t.call.after_op)
-    base = ops.start[first] if first < len(ops) else max(ops.end, default=0.0)
-    start = ex.start + base * sf + shifts.before_call(t)
+def _call_slice(t: CallTime, shape: Shape, ex: ProfiledExecution, ref: ExecRef, shifts: Shifts) -> Slice:
+    start = ex.start + shape.call_base(t.call.after_op) + shifts.before_call(t)
     p = t.placement
     args = {
         "kind": t.call.kind,
@@ -199,9 +252,8 @@ def _utilization(lay: ExecutionLayout) -> list[tuple[float, float]]:
     span = lay.execution.device_seconds
     if span <= 0:
         return []
-    busy = [(s.start, s.end) for s in lay.slices if s.kind == OP and s.track.engine == TENSOR]
     width = span / UTILIZATION_BINS
-    shares = binned(busy, lay.start, width, UTILIZATION_BINS)
+    shares = lay.shape.tensor_shares(span, UTILIZATION_BINS)
     points = [(lay.start + b * width, shares[b] / width) for b in range(UTILIZATION_BINS)]
     points.append((lay.end, 0.0))
     return points

@@ -57,13 +57,24 @@ class TrackId:
     @property
     def engine(self) -> str | None:
         """The engine whose busy time this row counts (DMA for the DMA queue), else None."""
-        return _ENGINE_OF_ROW.get(self.name)
+        return row_engine(self.name)
+
+
+def row_of(engine: str) -> str:
+    """The name of the row an engine's ops go on (the DMA queue for DMA)."""
+    return DMA_QUEUE if engine == DMA else ENGINE_LABELS.get(engine, engine)
+
+
+def row_engine(row: str) -> str | None:
+    """The engine whose busy time a row of this name counts, else None."""
+    return _ENGINE_OF_ROW.get(row)
 
 
 @cache
-def engine_track(pid: int, core: int, engine: str) -> TrackId:
-    """The row of an engine of a core (one shared object per row: a capture has millions of ops)."""
-    return TrackId(pid, core, DMA_QUEUE if engine == DMA else ENGINE_LABELS.get(engine, engine))
+def engine_track(pid: int, core: int, row: str, lane: int = 0) -> TrackId:
+    """A row (:func:`row_of`) of a core (one shared object per row: a capture has millions of ops).
+    Op rows are only ever these names on a core; no other slice goes on them."""
+    return TrackId(pid, core, row, lane)
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,7 @@ def write_process(
     *,
     cc_seconds: float = 1e-4,
     peaks: bool = True,
+    epoch: float = EPOCH,
 ) -> Path:
     d = root / p.process_dir_name("i-0123456789abcdef0", pid)
     d.mkdir(parents=True)
@@ -106,7 +107,7 @@ def write_process(
         pid=pid,
         hostname="emu",
         clock_monotonic=MONO,
-        clock_epoch=EPOCH,
+        clock_epoch=epoch,
         device_profile="model",
         system_profile=True,
         ranks={str(core): rank},

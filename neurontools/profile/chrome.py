@@ -15,14 +15,16 @@ Trace Analysis (HTA).
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from neurontools.profile.build import Timeline
 from neurontools.profile.clock import Clock
 from neurontools.profile.load import ProcessCapture
+from neurontools.profile.timeline import ExecutionLayout
 from neurontools.profile.tracks import (
     COLLECTIVE,
     DMA_QUEUE,
@@ -34,6 +36,7 @@ from neurontools.profile.tracks import (
     Counter,
     Flow,
     Slice,
+    TrackId,
 )
 
 SUFFIX = ".pt.trace.json"
@@ -67,11 +70,14 @@ class _Writer:
         self.timeline = timeline
         self.pids = pids
         self.clock = Clock(timeline.capture)
-        earliest = min((self.clock.epoch(s.track.pid, s.start) for s in timeline.slices), default=0.0)
+        firsts = [(s.track.pid, s.start) for s in timeline.others]
+        firsts += [(lay.ref.pid, lay.extent()[0]) for lay in timeline.executions]
+        earliest = min((self.clock.epoch(pid, t) for pid, t in firsts), default=0.0)
         self.base_ns = self.clock.base_ns(earliest)
         tracks = [t for t in timeline.tracks() if t.pid in pids]
         self.tids = {t: n for n, t in enumerate(tracks, 1)}
         self.correlations = {lay.ref: n for n, lay in enumerate(timeline.executions, 1)}
+        self.ops = _OpEvents(self)
 
     def us(self, pid: int, t: float) -> float:
         return round(self.clock.epoch(pid, t) * 1e6 - self.base_ns / 1e3, 3)
@@ -98,11 +104,17 @@ class _Writer:
                 args.update(device=s.track.core, stream=tid)
         if s.start == s.end:
             return {"ph": "i", "s": "t", "cat": s.kind, "name": s.name, "pid": pid, "tid": tid, "ts": ts, "args": args}
-        cat = _CATEGORIES.get(s.kind, s.kind)
-        if s.track.name == DMA_QUEUE:
-            cat = "gpu_memcpy"
         dur = round(self.us(pid, s.end) - ts, 3)
-        return {"ph": "X", "cat": cat, "name": hta_name(s), "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+        return {
+            "ph": "X",
+            "cat": category(s),
+            "name": hta_name(s),
+            "pid": pid,
+            "tid": tid,
+            "ts": ts,
+            "dur": dur,
+            "args": args,
+        }
 
     def flow_events(self, f: Flow) -> list[dict[str, Any]]:
         out = []
@@ -119,17 +131,103 @@ class _Writer:
         for t, value in c.points:
             yield {"ph": "C", "name": name, "pid": c.track.pid, "ts": self.us(c.track.pid, t), "args": {c.unit: value}}
 
-    def events(self) -> list[dict[str, Any]]:
-        out = self.metadata()
-        slices = sorted((s for s in self.timeline.slices if s.track.pid in self.pids), key=_order)
-        out.extend(self.slice_event(s) for s in slices)
+    def events(self) -> Iterator[str]:
+        """Every event as JSON text: metadata, each row's slices (rows in order, slices by start,
+        the longest first), flows, counters."""
+        dumps = json.dumps
+        yield from map(dumps, self.metadata())
+        others: dict[TrackId, list[Slice]] = {}
+        for s in self.timeline.others:
+            if s.track.pid in self.pids:
+                others.setdefault(s.track, []).append(s)
+        for track in self.tids:
+            if track in others:
+                yield from (dumps(self.slice_event(s)) for s in sorted(others[track], key=_order))
+            else:
+                yield from self.ops.of_row(track)
         for f in self.timeline.flows:
             if f.source.track.pid in self.pids and f.target.track.pid in self.pids:
-                out.extend(self.flow_events(f))
+                yield from map(dumps, self.flow_events(f))
         for c in self.timeline.counters:
             if c.track.pid in self.pids:
-                out.extend(self.counter_events(c))
-        return out
+                yield from map(dumps, self.counter_events(c))
+
+
+class _OpEvents:
+    """The op slices' events, row by row, as the text :meth:`_Writer.slice_event` gives for each,
+    from pieces made once per shape and core (only the times and the correlation differ). Op rows
+    hold nothing else (:func:`neurontools.profile.tracks.engine_track`)."""
+
+    def __init__(self, writer: _Writer) -> None:
+        self.writer = writer
+        self.by_core: dict[tuple[int, int], list[ExecutionLayout]] = {}
+        for lay in sorted(writer.timeline.executions, key=lambda e: e.start):
+            if lay.op_count:
+                self.by_core.setdefault((lay.ref.pid, lay.ref.core), []).append(lay)
+        self.pieces: dict[tuple[int, int, int], list[tuple[str, str, str]]] = {}  # (shape, pid, core) -> per op
+        self.rows: dict[int, dict[tuple[str, int], list[int]]] = {}  # shape -> (row, lane) -> ops in order
+        self.args: dict[tuple[str, int], str] = {}  # (graph hash, op) -> its arguments, without the closing }
+
+    def of_row(self, track: TrackId) -> Iterator[str]:
+        if track.core is None:
+            return
+        writer = self.writer
+        offset = writer.clock.offsets.get(track.pid, 0.0)
+        base_us = writer.base_ns / 1e3
+        for lay in self.by_core.get((track.pid, track.core), []):
+            ops = self._rows(lay).get((track.name, track.lane - lay.lane_base))
+            if not ops:
+                continue
+            pieces = self._pieces(lay)
+            correlation = writer.correlations[lay.ref]
+            starts, ends = lay.op_times()
+            for k in ops:
+                t0, t1 = starts[k], ends[k]
+                if t0 == t1:  # an instant
+                    yield json.dumps(writer.slice_event(lay.op_slice(k, t0, t1)))
+                    continue
+                ts = round((t0 + offset) * 1e6 - base_us, 3)
+                dur = round(round((t1 + offset) * 1e6 - base_us, 3) - ts, 3)
+                head, middle, tail = pieces[k]
+                yield f'{head}{ts!r}, "dur": {dur!r}{middle}{correlation}{tail}'
+
+    def _rows(self, lay: ExecutionLayout) -> dict[tuple[str, int], list[int]]:
+        """The shape's ops by row and lane, each row's by start, the longest first."""
+        key = id(lay.shape)
+        if key not in self.rows:
+            starts, ends = lay.shape.relative
+            rows: dict[tuple[str, int], list[int]] = {}
+            for k in sorted(range(len(starts)), key=lambda k: (starts[k], -ends[k])):
+                rows.setdefault((lay.shape.rows[k], lay.shape.lanes[k]), []).append(k)
+            self.rows[key] = rows
+        return self.rows[key]
+
+    def _pieces(self, lay: ExecutionLayout) -> list[tuple[str, str, str]]:
+        """Per op, its event's text before ``ts``, from ``args`` to the correlation, and after it."""
+        key = (id(lay.shape), lay.ref.pid, lay.ref.core)
+        if key not in self.pieces:
+            pid, tids = lay.ref.pid, self.writer.tids
+            out = []
+            for k in range(len(lay.shape)):
+                track = lay.op_track(k)
+                s = Slice(track, lay.graph.ops.name[k], 0.0, 1.0, OP)
+                head = json.dumps({"ph": "X", "cat": category(s), "name": hta_name(s), "pid": pid, "tid": tids[track]})
+                middle = f', "args": {self._args(lay, k)}, "correlation": '
+                tail = f', "device": {lay.ref.core}, "stream": {tids[track]}}}}}'
+                out.append((head[:-1] + ', "ts": ', middle, tail))
+            self.pieces[key] = out
+        return self.pieces[key]
+
+    def _args(self, lay: ExecutionLayout, k: int) -> str:
+        key = (lay.graph.hash, k)
+        if key not in self.args:
+            self.args[key] = json.dumps(lay.op_args(k))[:-1]
+        return self.args[key]
+
+
+def category(s: Slice) -> str:
+    """The slice's Kineto category (``cat``)."""
+    return "gpu_memcpy" if s.track.name == DMA_QUEUE else _CATEGORIES.get(s.kind, s.kind)
 
 
 def _order(s: Slice) -> tuple[tuple[int, int, str, int], float, float]:
@@ -152,11 +250,17 @@ def _rank(process: ProcessCapture, fallback: int) -> int:
 
 def trace(timeline: Timeline, processes: list[ProcessCapture] | None = None) -> dict[str, Any]:
     """The trace document of ``processes`` (default: all, merged into one file)."""
+    head, events = _document(timeline, processes)
+    return {**head, "traceEvents": [json.loads(e) for e in events]}
+
+
+def _document(timeline: Timeline, processes: list[ProcessCapture] | None) -> tuple[dict[str, Any], Iterator[str]]:
+    """The document of ``processes`` but its events; the events as JSON text."""
     chosen = list(timeline.capture.processes) if processes is None else processes
     writer = _Writer(timeline, {p.info.pid for p in chosen})
     cores = sorted({lay.ref.core for lay in timeline.executions if lay.ref.pid in writer.pids})
     first = chosen[0] if chosen else None
-    return {
+    head = {
         "schemaVersion": 1,
         "deviceProperties": [{"id": c, "name": f"NeuronCore-v2 {c} (emulated)"} for c in cores],
         "distributedInfo": {
@@ -168,8 +272,8 @@ def trace(timeline: Timeline, processes: list[ProcessCapture] | None = None) -> 
         "displayTimeUnit": "ms",
         "traceName": timeline.capture.source,
         "neuronProfile": {"op_level": all(p.info.op_level for p in chosen), "note": OP_LEVEL_NOTE},
-        "traceEvents": writer.events(),
     }
+    return head, writer.events()
 
 
 def write(timeline: Timeline, output: str | None) -> list[Path]:
@@ -181,17 +285,25 @@ def write(timeline: Timeline, output: str | None) -> list[Path]:
         paths = []
         for n, process in enumerate(timeline.capture.processes):
             path = target / f"rank-{_rank(process, n)}{SUFFIX}"
-            _dump(trace(timeline, [process]), path)
+            _dump(*_document(timeline, [process]), path)
             paths.append(path)
         return paths
-    _dump(trace(timeline), target)
+    _dump(*_document(timeline, None), target)
     return [target]
 
 
-def _dump(document: dict[str, Any], path: Path) -> None:
+CHUNK = 10_000  # events joined per write
+
+
+def _dump(head: dict[str, Any], events: Iterator[str], path: Path) -> None:
+    r"""The document as ``json.dumps`` writes it (": " after keys: HTA finds the rank with
+    r'"rank":\s+(\d+)'), its events streamed in chunks."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as out:
-        # json.dumps in one piece runs CPython's C encoder (json.dump to a file is pure Python, ~5x
-        # slower); ": " after keys: HTA finds the rank with r'"rank":\s+(\d+)'
-        out.write(json.dumps(document))
+        out.write(json.dumps(head)[:-1] + ', "traceEvents": [')
+        separator = ""
+        while chunk := list(itertools.islice(events, CHUNK)):
+            out.write(separator + ", ".join(chunk))
+            separator = ", "
+        out.write("]}")
     tmp.replace(path)

@@ -213,8 +213,9 @@ from emulator.hardware import get_instance_type
 from emulator.parallel.launch import load_models
 from emulator.parallel.runner import JobRequest, plan_request
 model, nodes, tp = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-kw = {"zero1": "--zero1" in sys.argv, "recompute": "--recompute" in sys.argv,
-      "sequence_parallel": "--sequence-parallel" in sys.argv}
+kw = {"zero1": True if "--zero1" in sys.argv else None,  # absent: as the model's recipe, like the job
+      "recompute": "full" if "--recompute" in sys.argv else None,
+      "sequence_parallel": True if "--sequence-parallel" in sys.argv else None}
 plan = plan_request(JobRequest(model, tp=tp, nodes=nodes, **kw), get_instance_type("trn1.32xlarge"))
 load_models(plan, dict(os.environ))
 print(sum(plan.utilization(s) for s in plan.stages) / len(plan.stages))

@@ -407,7 +407,10 @@ def cli_argv(tmp: str) -> dict[str, st.SearchStrategy[list[str]]]:
         "--global-batch": numbers,
         "--schedule": st.sampled_from(("1f1b", "gpipe", "zigzag")),
         "--zero1": None,
-        "--recompute": None,
+        "--recompute": st.sampled_from(("full", "selective", "none", "bogus")),
+        "--no-recompute": None,
+        "--flash-attention": None,
+        "--no-master-weights": None,
         "--auto-cast": st.sampled_from(("all", "none", "bogus")),
     }
     bench_flags = {k: v for k, v in run_flags.items() if k not in ("--cores", "--nproc", "--steps", "--lr")}

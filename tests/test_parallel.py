@@ -86,7 +86,7 @@ def test_bad_layouts_are_one_line(kwargs: dict, text: str) -> None:
 
 def test_model_does_not_split_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="heads"):
-        plan_request(JobRequest("llama2-13b", tp=16, dp=2, seq_len=128), TRN1_32)  # 40 heads
+        plan_request(JobRequest("llama2-13b", tp=16, pp=1, dp=2, seq_len=128), TRN1_32)  # 40 heads
     with pytest.raises(ConfigError, match="unknown model"):
         plan_request(JobRequest("gpt5"), TRN1_32)
 
@@ -236,7 +236,7 @@ def test_image_model_plans_with_inputs_in_the_training_dtype() -> None:
 def test_recompute_trades_activation_memory_for_compute() -> None:
     trn1_2 = get_instance_type("trn1.2xlarge")
     plain = plan_request(JobRequest("vit-base", dp=2, micro_batch=8), trn1_2)
-    again = plan_request(JobRequest("vit-base", dp=2, micro_batch=8, recompute=True), trn1_2)
+    again = plan_request(JobRequest("vit-base", dp=2, micro_batch=8, recompute="full"), trn1_2)
     kept, recomputed = plain.stages[0].program.memory, again.stages[0].program.memory
     assert recomputed.activations < kept.activations / 2  # only the layers' inputs are kept
     step, step_rc = (p.stages[0].program.graphs["micro_step"] for p in (plain, again))
@@ -249,12 +249,21 @@ def test_a_models_published_recipe_sets_what_the_request_leaves_open() -> None:
 
     open_ = JobRequest("llama2-7b", tp=8, nodes=4)
     config, _ = resolve(open_, TRN1_32)
-    assert config.zero1 and config.sequence_parallel  # neuronx-distributed's tp_zero1_llama recipe
-    assert recipe_defaults(open_) == ["zero1", "sequence_parallel"]
-    off = JobRequest("llama2-7b", tp=8, nodes=4, zero1=False, sequence_parallel=False)
+    # neuronx-distributed's tp_zero1_llama recipe (emulator/workloads/models/recipes.py)
+    assert config.zero1 and config.sequence_parallel and config.flash_attention and config.master_weights
+    assert config.recompute == "selective"
+    assert recipe_defaults(open_) == ["zero1", "recompute", "sequence_parallel", "flash_attention", "master_weights"]
+    off = JobRequest(
+        "llama2-7b", tp=8, nodes=4, zero1=False, sequence_parallel=False, recompute="none", flash_attention=False
+    )
     config, _ = resolve(off, TRN1_32)
-    assert not config.zero1 and not config.sequence_parallel and recipe_defaults(off) == []
-    config, _ = resolve(JobRequest("llama2-7b"), TRN1_32)  # no TP: no sequence parallelism to turn on
+    assert not config.zero1 and not config.sequence_parallel and config.recompute == "none"
+    assert recipe_defaults(off) == ["master_weights"]
+    config, _ = resolve(JobRequest("llama2-7b", tp=1), TRN1_32)  # no TP: no sequence parallelism to turn on
     assert config.zero1 and not config.sequence_parallel
-    config, _ = resolve(JobRequest("gpt3-6.7b", tp=8), TRN1_32)  # no recipe: as asked
-    assert not config.zero1 and not config.sequence_parallel
+    config, _ = resolve(JobRequest("llama2-13b"), TRN1_32)  # run: the recipe's TP and PP on one node
+    assert (config.tp, config.pp, config.dp, config.nodes, config.global_batch) == (8, 4, 1, 1, 1)
+    config, _ = resolve(JobRequest("llama2-13b", published_scale=True), TRN1_32)  # bench: the published run
+    assert (config.tp, config.pp, config.dp, config.nodes, config.global_batch) == (8, 4, 32, 32, 1024)
+    config, _ = resolve(JobRequest("vit-base"), TRN1_32)  # no recipe: tp 1, switches off
+    assert (config.tp, config.zero1, config.recompute, config.flash_attention) == (1, False, "none", False)

@@ -67,7 +67,7 @@ def test_gpt3_on_one_core_fails_with_nrt_resource_and_bad_layouts_are_one_line(d
     assert "NRT_RESOURCE" in out.stderr and "Traceback" not in out.stderr
     assert time.monotonic() - started < 60
     for argv, text in (  # each check of the layout is unit-tested in test_parallel.py; here the CLI's lines
-        (["llama2-13b", "--tp", "16"], "heads"),
+        (["llama2-13b", "--tp", "16", "--pp", "1"], "heads"),
         (["gpt-tiny", "--tp", "2"], "model-scale"),
         (["bert-large", "--nproc", "2"], "--nproc"),
     ):

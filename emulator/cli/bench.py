@@ -30,6 +30,11 @@ def add(sub: Any) -> dict[str, Handler]:
     )
     bench.add_argument("model", nargs="?", metavar="MODEL", help="one model-scale model (default: the published rows)")
     bench.add_argument("--json", action="store_true", help="print the rows as a JSON list")
+    bench.add_argument(
+        "--recipes",
+        action="store_true",
+        help="every model-scale model at its published Trn1 recipe: fits, peak HBM, throughput, MFU",
+    )
     bench.add_argument("--instance-type", "-i", default="trn1.32xlarge", metavar="TYPE", help="emulated instance")
     bench.add_argument("--nodes", metavar="N", help="instances the job spans (default 1)")
     bench.add_argument("--seq-len", metavar="L", help="sequence length (default: per model)")
@@ -67,7 +72,7 @@ def plan_model(
     """``bench MODEL [layout flags]``: the job planned as ``run`` plans it, and its row."""
     from emulator.parallel.runner import plan_request
 
-    plan = plan_request(request_from_args(args, args.model), instance, progress=progress)
+    plan = plan_request(request_from_args(args, args.model, published_scale=True), instance, progress=progress)
     return plan, bench_row(args.model, plan, None)
 
 
@@ -82,6 +87,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         report_error(f"--instance-type {args.instance_type!r}: unknown instance type")
         return 1
     progress = (lambda _: None) if args.json else (lambda text: print(text + " ...", file=sys.stderr, flush=True))
+    if args.recipes:
+        return _recipes(args, instance, progress)
     rows: list[dict[str, Any]] = []
     try:
         if args.model:
@@ -90,7 +97,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             for row in PUBLISHED_ROWS:
                 progress(row.name)
                 plan = plan_request(row.request, instance, env={}, progress=progress)
-                rows.append(bench_row(row.name, plan, row.published_seq_per_s))
+                rows.append({**bench_row(row.name, plan, row.published_seq_per_s), "sdk": row.era})
     except (ArgumentError, ConfigError, NeuronRuntimeError) as exc:
         report_error(str(exc))
         return 1
@@ -100,5 +107,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from emulator.parallel.report import bench_lines
 
     for line in bench_lines(rows, nccom=not args.model):
+        print(line)
+    return 0
+
+
+def _recipes(args: argparse.Namespace, instance: InstanceType, progress: Callable[[str], None]) -> int:
+    from emulator.cli.bench_recipes import recipe_lines, recipe_rows
+
+    if args.model:
+        report_error("--recipes plans every model's recipe; leave out MODEL (or drop --recipes)")
+        return 1
+    try:
+        rows = recipe_rows(instance, progress)
+    except ConfigError as exc:
+        report_error(str(exc))
+        return 1
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for line in recipe_lines(rows, instance.core_memory_bytes):
         print(line)
     return 0

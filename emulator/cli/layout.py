@@ -27,11 +27,31 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         help="shard the optimizer state over the data-parallel group (default: as the model's published recipe)",
     )
-    g.add_argument("--recompute", action="store_true", help="recompute activations in the backward pass")
+    g.add_argument(
+        "--recompute",
+        nargs="?",
+        const="full",
+        metavar="WHAT",
+        help="recompute activations in the backward pass: full (every layer; the default of a bare --recompute) "
+        "or selective (the attention core); default: as the model's published recipe",
+    )
+    g.add_argument("--no-recompute", dest="recompute", action="store_const", const="none", help="keep every activation")
     g.add_argument(
         "--sequence-parallel",
         action=argparse.BooleanOptionalAction,
         help="Megatron sequence parallelism (needs --tp; default: as the model's published recipe)",
+    )
+    g.add_argument(
+        "--flash-attention",
+        action=argparse.BooleanOptionalAction,
+        help="the attention core as one fused kernel each way, no sequence x sequence scores in HBM "
+        "(default: as the model's published recipe)",
+    )
+    g.add_argument(
+        "--master-weights",
+        action=argparse.BooleanOptionalAction,
+        help="mixed precision: AdamW on FP32 master weights with FP32 moments, instead of BF16 with stochastic "
+        "rounding (default: as the model's published recipe)",
     )
     g.add_argument("--schedule", metavar="S", help="pipeline schedule: 1f1b (default) or gpipe")
 
@@ -96,30 +116,37 @@ def _int(flag: str, text: str | None, default: int | None) -> int | None:
     return default if value is None else value
 
 
-def request_from_args(args: argparse.Namespace, model: str) -> JobRequest:
+def request_from_args(args: argparse.Namespace, model: str, *, published_scale: bool = False) -> JobRequest:
+    """The job asked for; ``published_scale``: what is not asked is the published run's, nodes and
+    global batch included (``bench``), else one node (``run``)."""
     from emulator.parallel.runner import JobRequest
     from emulator.workloads import DTYPES
+    from emulator.workloads.models.recipes import RECOMPUTE
 
     micro = _int("--micro-batch", getattr(args, "micro_batch", None), None)
     legacy = _int("--batch-size", getattr(args, "batch_size", None), None)
     if micro is not None and legacy is not None and micro != legacy:
         raise ArgumentError("--micro-batch and --batch-size disagree (they are the same setting)")
     dtype = choice("--dtype", getattr(args, "dtype", None) or "bf16", DTYPES) or "bf16"
+    recompute = choice("--recompute", args.recompute, RECOMPUTE) if args.recompute is not None else None
     return JobRequest(
         model=model,
-        tp=_int("--tp", args.tp, 1) or 1,
-        pp=_int("--pp", args.pp, 1) or 1,
+        tp=_int("--tp", args.tp, None),
+        pp=_int("--pp", args.pp, None),
         dp=_int("--dp", args.dp, None),
         micro_batch=micro or legacy,
         global_batch=_int("--global-batch", args.global_batch, None),
         seq_len=_int("--seq-len", getattr(args, "seq_len", None), None),
-        nodes=_int("--nodes", getattr(args, "nodes", None), 1) or 1,
+        nodes=_int("--nodes", getattr(args, "nodes", None), None),
         zero1=args.zero1,
-        recompute=bool(args.recompute),
+        recompute=recompute,
         sequence_parallel=args.sequence_parallel,
+        flash_attention=args.flash_attention,
+        master_weights=args.master_weights,
         schedule=(args.schedule or "1f1b").lower(),
         dtype=dtype,
         auto_cast=getattr(args, "auto_cast", None),
+        published_scale=published_scale,
     )
 
 
@@ -130,9 +157,10 @@ def forwarded_flags(args: argparse.Namespace) -> list[str]:
         value = getattr(args, flag, None)
         if value is not None:
             out += ["--" + flag.replace("_", "-"), str(value)]
-    if getattr(args, "recompute", False):
-        out.append("--recompute")
-    for flag in ("zero1", "sequence_parallel"):  # on, off, or (None) as the model's recipe has it
+    recompute = getattr(args, "recompute", None)
+    if recompute is not None:
+        out += ["--no-recompute"] if recompute == "none" else ["--recompute", recompute]
+    for flag in ("zero1", "sequence_parallel", "flash_attention", "master_weights"):  # on, off, or as the recipe
         value = getattr(args, flag, None)
         if value is not None:
             out.append(("--" if value else "--no-") + flag.replace("_", "-"))

@@ -135,7 +135,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _real_math_run(args: argparse.Namespace) -> tuple[RunConfig, int]:
     """The checked run of a real-math workload and its process count; ArgumentError otherwise."""
     used = [f"--{f.replace('_', '-')}" for f in _PARALLEL_FLAGS if getattr(args, f, None) is not None]
-    used += [f"--{f.replace('_', '-')}" for f in ("zero1", "recompute", "sequence_parallel") if getattr(args, f)]
+    switches = ("zero1", "recompute", "sequence_parallel", "flash_attention", "master_weights")
+    used += [f"--{f.replace('_', '-')}" for f in switches if getattr(args, f, None) is not None]
     if used:
         raise ArgumentError(
             f"{' '.join(used)}: tensor/pipeline layouts are for model-scale workloads; "
@@ -221,13 +222,19 @@ def _print_notes(plan: JobPlan, recipe: list[str], per_process: int) -> None:
     """Below the header: the settings the model's published recipe turned on, and the processes
     that hold several ranks each."""
     if recipe:
-        from emulator.workloads.models.zoo import MODELS
+        from emulator.workloads.models.recipes import RECIPES
 
-        names = {"zero1": "ZeRO-1", "sequence_parallel": "sequence parallelism"}
+        names = {
+            "zero1": "ZeRO-1",
+            "sequence_parallel": "sequence parallelism",
+            "recompute": f"{plan.config.recompute} recomputation",
+            "flash_attention": "flash attention",
+            "master_weights": "FP32 master weights",
+        }
         offs = " / ".join("--no-" + r.replace("_", "-") for r in recipe)
         print(
-            f"  {' and '.join(names[r] for r in recipe)} on as in the published recipe "
-            f"({MODELS[plan.model].recipe_source}); {offs} to turn off",
+            f"  {', '.join(names[r] for r in recipe)} on as in the published recipe "
+            f"({RECIPES[plan.model].label}); {offs} to turn off",
             flush=True,
         )
     if per_process > 1:

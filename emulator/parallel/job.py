@@ -99,6 +99,12 @@ class JobPlan:
                 totals[engine] = totals.get(engine, 0.0) + seconds
         return {e: s / self.step_seconds for e, s in totals.items()}
 
+    def collective_share(self, stage: int) -> float:
+        """Share of a steady step a core of the stage spends in collectives no compute hides."""
+        times = self.stages[stage].times
+        seconds = sum(times[slot.graph].collective_seconds for slot in self.timeline.stages[stage].slots)
+        return seconds / self.step_seconds
+
     def hbm_peak(self, stage: int) -> int:
         return self.stages[stage].program.memory.peak(self.timeline.stages[stage].max_in_flight)
 
@@ -175,6 +181,7 @@ def _trace_stages(
                     state=state,
                     grad_accum=config.grad_accum,
                     zero1=config.zero1,
+                    master_weights=config.master_weights,
                     dtype=dtype,
                     options=options,
                     core=instance.chip.core,
@@ -233,7 +240,7 @@ def _stage_oom(config: ParallelConfig, instance: InstanceType, stage: int, what:
         f"{what} on ND {device}:NC {local} (NeuronCore {core}, pipeline stage {stage}): "
         f'nrt_tensor_allocate status={NRT_RESOURCE_STATUS} message="Allocation Failure" '
         f"- the shard does not fit the NeuronCore's {instance.core_memory_bytes / 2**30:g} GiB of HBM; "
-        "more --tp or --pp, --zero1, --recompute or a smaller --micro-batch may",
+        "more --tp or --pp, --zero1, --recompute, --flash-attention or a smaller --micro-batch may",
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from emulator.parallel.ranks import RankGrid
+from emulator.workloads.models.recipes import RECOMPUTE
 
 SCHEDULES = ("1f1b", "gpipe")
 
@@ -32,9 +33,11 @@ class ParallelConfig:
     seq_len: int
     nodes: int = 1
     zero1: bool = False
-    recompute: bool = False
+    recompute: str = "none"  # "none", "selective" (the attention core) or "full" (every layer)
     sequence_parallel: bool = False
     schedule: str = "1f1b"
+    flash_attention: bool = False
+    master_weights: bool = False  # AdamW on FP32 copies of the parameters (and FP32 moments)
 
     @property
     def world(self) -> int:
@@ -60,8 +63,10 @@ class ParallelConfig:
             name
             for name, on in (
                 ("ZeRO-1", self.zero1),
-                ("recompute", self.recompute),
+                (f"{self.recompute} recompute", self.recompute != "none"),
                 ("SP", self.sequence_parallel),
+                ("flash attention", self.flash_attention),
+                ("FP32 master weights", self.master_weights),
             )
             if on
         ]
@@ -83,9 +88,11 @@ def make_config(
     seq_len: int,
     nodes: int = 1,
     zero1: bool = False,
-    recompute: bool = False,
+    recompute: str = "none",
     sequence_parallel: bool = False,
     schedule: str = "1f1b",
+    flash_attention: bool = False,
+    master_weights: bool = False,
 ) -> ParallelConfig:
     """Check a configuration against the instance; ``dp`` defaults to filling every core, the
     global batch to one micro-batch per data-parallel rank (no accumulation)."""
@@ -94,6 +101,8 @@ def make_config(
             raise ConfigError(f"{flag} {value}: expected a positive integer")
     if schedule not in SCHEDULES:
         raise ConfigError(f"--schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
+    if recompute not in RECOMPUTE:
+        raise ConfigError(f"--recompute {recompute!r}: expected one of {', '.join(RECOMPUTE)}")
     dp = _fit_cores(cores_per_node, nodes, tp, pp, dp)
     if global_batch is None:
         global_batch = micro_batch * dp
@@ -118,6 +127,8 @@ def make_config(
         recompute=recompute,
         sequence_parallel=sequence_parallel,
         schedule=schedule,
+        flash_attention=flash_attention,
+        master_weights=master_weights,
     )
 
 

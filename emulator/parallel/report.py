@@ -123,7 +123,7 @@ def _collective_seconds(plan: JobPlan) -> dict[str, float]:
 
 def bench_lines(rows: list[dict[str, Any]], *, nccom: bool) -> list[str]:
     lines = [
-        f"{'row':<30} {'published':>10} {'emulated':>10} {'ratio':>6} {'step':>9} {'MFU':>6} {'util':>6}"
+        f"{'row':<36} {'SDK':>5} {'published':>10} {'emulated':>10} {'ratio':>6} {'step':>9} {'MFU':>6} {'util':>6}"
         "  engines (busy share)"
     ]
     for r in rows:
@@ -132,7 +132,7 @@ def bench_lines(rows: list[dict[str, Any]], *, nccom: bool) -> list[str]:
         util = min(r["utilization"].values())
         engines = " ".join(f"{k} {v * 100:.0f}%" for k, v in r["engine_share"].items() if v > 0.005)
         lines.append(
-            f"{r['name']:<30} {pub:>10} {r['emulated_seq_per_s']:>10,.1f} {ratio:>6} "
+            f"{r['name']:<36} {r.get('sdk', '-'):>5} {pub:>10} {r['emulated_seq_per_s']:>10,.1f} {ratio:>6} "
             f"{format_seconds(r['step_seconds']):>9} {r['mfu'] * 100:>5.1f}% {util * 100:>5.1f}%  {engines}"
         )
     by_name = {r["name"]: r for r in rows}

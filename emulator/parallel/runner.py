@@ -17,27 +17,36 @@ from emulator.parallel.job import JobPlan, plan_job
 from emulator.parallel.plan import ConfigError, ParallelConfig, make_config
 from emulator.parallel.ranks import ParallelState
 from emulator.workloads.models import zoo
+from emulator.workloads.models.recipes import RECIPES, Recipe
 from emulator.workloads.models.zoo import MODELS, ModelSpec
 
 
 @dataclass(frozen=True)
 class JobRequest:
-    """What a user asked for, before it is checked against the model and the instance."""
+    """What a user asked for, before it is checked against the model and the instance. ``None``
+    means "as the model's published recipe has it" (``emulator/workloads/models/recipes.py``):
+    the layout (tp, pp), micro-batch, sequence and every memory/kernel switch; with
+    ``published_scale`` also the nodes, data-parallel size and global batch of the published run
+    (what ``bench`` plans), else one node filled, one micro-batch per replica (what ``run`` does).
+    A model without a recipe: tp = pp = 1, micro-batch 1, its default sequence, switches off."""
 
     model: str
-    tp: int = 1
-    pp: int = 1
+    tp: int | None = None
+    pp: int | None = None
     dp: int | None = None
     micro_batch: int | None = None
     global_batch: int | None = None
     seq_len: int | None = None
-    nodes: int = 1
-    zero1: bool | None = None  # None: the model's published recipe decides (ModelSpec.recipe)
-    recompute: bool = False
+    nodes: int | None = None
+    zero1: bool | None = None
+    recompute: str | None = None  # "none", "selective", "full"
     sequence_parallel: bool | None = None
+    flash_attention: bool | None = None
+    master_weights: bool | None = None
     schedule: str = "1f1b"
     dtype: str = "bf16"
     auto_cast: str | None = None
+    published_scale: bool = False
 
 
 def resolve(request: JobRequest, instance: InstanceType) -> tuple[ParallelConfig, ModelSpec]:
@@ -45,51 +54,75 @@ def resolve(request: JobRequest, instance: InstanceType) -> tuple[ParallelConfig
     spec = MODELS.get(request.model)
     if spec is None:
         raise ConfigError(f"unknown model {request.model!r} (model-scale models: {', '.join(MODELS)})")
-    seq_len = request.seq_len or spec.default_seq_len
-    micro_batch = request.micro_batch or 1
-    zero1, sequence_parallel = recipe_settings(request, spec)
-    config = make_config(
-        cores_per_node=instance.core_count,
-        tp=request.tp,
-        pp=request.pp,
-        dp=request.dp,
-        micro_batch=micro_batch,
-        global_batch=request.global_batch,
-        seq_len=seq_len,
-        nodes=request.nodes,
-        zero1=zero1,
-        recompute=request.recompute,
-        sequence_parallel=sequence_parallel,
-        schedule=request.schedule,
-    )
+    recipe = RECIPES.get(spec.name)
+    layout = _layout(request, recipe, spec)
+    switches = recipe_settings(request, spec)
     try:
-        zoo.validate(spec, config.tp, config.pp, seq_len, sequence_parallel=config.sequence_parallel)
+        config = make_config(cores_per_node=instance.core_count, schedule=request.schedule, **layout, **switches)
+    except ConfigError as exc:
+        if recipe is None or (request.tp is not None and request.pp is not None):
+            raise
+        raise ConfigError(
+            f"{exc} (TP {layout['tp']} x PP {layout['pp']} is {spec.name}'s published recipe, {recipe.label}: "
+            "give --tp and --pp for this instance)"
+        ) from None
+    try:
+        zoo.validate(spec, config.tp, config.pp, config.seq_len, sequence_parallel=config.sequence_parallel)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     return config, spec
 
 
-def recipe_settings(request: JobRequest, spec: ModelSpec) -> tuple[bool, bool]:
-    """ZeRO-1 and sequence parallelism: as asked, else as the model's published recipe has them
-    (sequence parallelism only with tensor parallelism, where it exists)."""
-    zero1 = request.zero1 if request.zero1 is not None else "zero1" in spec.recipe
-    if request.sequence_parallel is not None:
-        return zero1, request.sequence_parallel
-    return zero1, "sequence_parallel" in spec.recipe and request.tp > 1
+def _layout(request: JobRequest, recipe: Recipe | None, spec: ModelSpec) -> dict[str, Any]:
+    """tp, pp, dp, micro- and global batch, sequence and nodes: as asked, else as the recipe."""
+
+    def pick(asked: int | None, field: str, default: int) -> int:
+        if asked is not None:
+            return asked
+        return int(getattr(recipe, field)) if recipe is not None else default
+
+    scale = request.published_scale and recipe is not None
+    # the published nodes and data-parallel size only when no layout was asked for (else dp fills them)
+    published_grid = scale and all(v is None for v in (request.tp, request.pp, request.dp, request.nodes))
+    return {
+        "tp": pick(request.tp, "tp", 1),
+        "pp": pick(request.pp, "pp", 1),
+        "micro_batch": pick(request.micro_batch, "micro_batch", 1),
+        "seq_len": pick(request.seq_len, "seq_len", spec.default_seq_len),
+        "nodes": request.nodes or (recipe.nodes if published_grid and recipe else 1),
+        "dp": request.dp if request.dp is not None or not published_grid or recipe is None else recipe.dp,
+        "global_batch": request.global_batch or (recipe.global_batch if scale and recipe else None),
+    }
+
+
+def recipe_settings(request: JobRequest, spec: ModelSpec) -> dict[str, Any]:
+    """The memory and kernel switches: as asked, else as the model's published recipe has them
+    (sequence parallelism only with tensor parallelism, where it exists; off without a recipe)."""
+    recipe = RECIPES.get(spec.name)
+    published = recipe.switches() if recipe else {}
+    out: dict[str, Any] = {}
+    for name, off in (
+        ("zero1", False),
+        ("recompute", "none"),
+        ("sequence_parallel", False),
+        ("flash_attention", False),
+        ("master_weights", False),
+    ):
+        asked = getattr(request, name)
+        out[name] = asked if asked is not None else published.get(name, off)
+    tp = request.tp if request.tp is not None else (recipe.tp if recipe else 1)
+    if request.sequence_parallel is None and tp == 1:
+        out["sequence_parallel"] = False
+    return out
 
 
 def recipe_defaults(request: JobRequest) -> list[str]:
-    """The settings the model's recipe turned on because the request left them open."""
+    """The switches the model's recipe turned on because the request left them open."""
     spec = MODELS.get(request.model)
     if spec is None:
         return []
-    zero1, sp = recipe_settings(request, spec)
-    out = []
-    if request.zero1 is None and zero1:
-        out.append("zero1")
-    if request.sequence_parallel is None and sp:
-        out.append("sequence_parallel")
-    return out
+    settings = recipe_settings(request, spec)
+    return [name for name, value in settings.items() if getattr(request, name) is None and value not in (False, "none")]
 
 
 def cost_options(dtype: str, auto_cast: str | None, env: Mapping[str, str]) -> CostOptions:
@@ -118,7 +151,9 @@ def plan_request(
 
     def stage_builder(state: ParallelState) -> tuple[Callable[[], Any], Callable[[Any], Any], int]:
         def build() -> Any:
-            return build_stage(spec, seq_len=config.seq_len, recompute=config.recompute)
+            return build_stage(
+                spec, seq_len=config.seq_len, recompute=config.recompute, flash_attention=config.flash_attention
+            )
 
         def inputs(module: Any) -> Any:
             return stage_inputs(spec, module, config.micro_batch, config.seq_len)

@@ -71,7 +71,7 @@ class StageMemory:
 
     weights: int  # parameters (neuron-monitor "constants")
     gradients: int
-    optimizer: int  # optimizer state (AdamW moments; 1/dp of it with ZeRO-1)
+    optimizer: int  # optimizer state (AdamW moments, FP32 master weights; 1/dp of it with ZeRO-1)
     activations: int  # kept for the backward pass, per micro-batch in flight
     transient: int  # extra peak inside one micro-step (backward's temporaries)
     model_code: int  # NEFFs of the stage's graphs
@@ -161,9 +161,11 @@ def trace_stage(
     core: NeuronCoreV2Spec,
     capacity: int,
     lr: float = 1e-4,
+    master_weights: bool = False,
 ) -> StageProgram:
     """Build one stage on the device (meta) and capture its graphs; raises the runtime's
-    ``NRT_RESOURCE`` error (:class:`NeuronRuntimeError`) when one micro-step does not fit."""
+    ``NRT_RESOURCE`` error (:class:`NeuronRuntimeError`) when one micro-step does not fit.
+    ``master_weights``: AdamW steps FP32 copies of the parameters (sharded with ``zero1``)."""
     import time
 
     started = time.perf_counter()
@@ -183,7 +185,9 @@ def trace_stage(
     comm.set_communicator(recording)
     try:
         with device_tensor.DeviceMode():
-            program = _trace(build, inputs, capture, ledger, recording, state, grad_accum, zero1, dtype, lr)
+            program = _trace(
+                build, inputs, capture, ledger, recording, state, grad_accum, zero1, dtype, lr, master_weights
+            )
     finally:
         hooks.on_op, hooks.on_alloc, hooks.meta_mode, hooks.downcast = saved[:4]
         comm.set_communicator(saved[4])
@@ -218,11 +222,30 @@ class _StageRun:
     recording: RecordingCommunicator
     state: ParallelState
     dtype: str
+    fp32_grads: bool = False  # gradients accumulated in FP32 buffers (mixed precision, with master weights)
     send_bytes: int = 0  # the activation sent to the next stage per micro-batch
+    accumulated: dict[int, torch.Tensor] = field(default_factory=dict)  # id(parameter) -> its FP32 gradient
 
     @property
     def params(self) -> list[nn.Parameter]:
         return [p for p in self.module.parameters() if p.requires_grad]
+
+    def gradient(self, p: nn.Parameter) -> torch.Tensor | None:
+        """The parameter's gradient as the optimizer step reduces it (its FP32 buffer, if any)."""
+        return self.accumulated.get(id(p), p.grad)
+
+    def _accumulate(self) -> None:
+        """NxD's FP32 gradient accumulation: each backward's gradient, in the training dtype, is
+        added into the parameter's FP32 buffer (made from the first) and freed."""
+        with torch.no_grad():
+            for p in self.params:
+                if p.grad is None:
+                    continue
+                if id(p) in self.accumulated:
+                    self.accumulated[id(p)].add_(p.grad)
+                else:
+                    self.accumulated[id(p)] = p.grad.to(torch.float32)
+                p.grad = None
 
     def micro_step(self, inputs: StageInputs, first: bool) -> tuple[int, int]:
         """One micro-batch; returns (activation bytes kept for backward, transient peak above them)."""
@@ -246,6 +269,8 @@ class _StageRun:
             out.backward()
         else:
             out.backward(torch.empty_like(out))
+        if self.fp32_grads:
+            self._accumulate()
         name = "micro_step" if first else "micro_step_accumulate"
         if pipelined:
             name = "backward" if first else "backward_accumulate"
@@ -254,24 +279,40 @@ class _StageRun:
         del out, batch
         return kept, peak
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer, name: str, zero1: bool, grad_bytes: int) -> None:
-        """The data-parallel reduction, global-norm clipping and AdamW, cut as graph ``name``."""
+    def optimizer_step(
+        self, optimizer: torch.optim.Optimizer, name: str, zero1: bool, grad_bytes: int, master: bool = False
+    ) -> None:
+        """The data-parallel reduction, global-norm clipping and AdamW, cut as graph ``name``.
+        With ``master`` weights the optimizer steps FP32 copies (:func:`_master`) with the FP32
+        gradients and the updated copies are cast back into the training dtype after (NxD's mixed
+        precision, docs/parallel.md §HBM per core)."""
         params, state = self.params, self.state
+        grad_dtype = torch.float32 if self.fp32_grads else params[0].dtype
         if state.dp > 1:
-            numel = grad_bytes // params[0].element_size()
+            numel = grad_bytes // grad_dtype.itemsize
             if zero1:  # ZeRO-1: the bucket is padded to split evenly; each rank reduces only its 1/dp
-                flat = params[0].new_empty(math.ceil(numel / state.dp) * state.dp)  # an allocation, no op
+                flat = params[0].new_empty(math.ceil(numel / state.dp) * state.dp, dtype=grad_dtype)  # no op
                 comm.reduce_scatter(flat, 0, "dp")
             else:
-                flat = params[0].new_empty(numel)
+                flat = params[0].new_empty(numel, dtype=grad_dtype)
                 comm.all_reduce(flat, "dp")
             del flat
+        stepped = optimizer.param_groups[0]["params"]
         if state.tp > 1:  # the global gradient norm sums the shards' squared norms (Megatron)
             comm.all_reduce(params[0].new_empty(1, dtype=torch.float32), "tp")
-        torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"] if zero1 else params, 1.0)
+        torch.nn.utils.clip_grad_norm_(stepped if zero1 or master else params, 1.0)
         optimizer.step()
+        if master:
+            with torch.no_grad():
+                if zero1:  # each rank's updated shard, cast down for the gather
+                    for m in stepped:
+                        m.to(params[0].dtype)
+                else:
+                    for p, m in zip(params, stepped, strict=True):
+                        p.copy_(m)
         if zero1 and state.dp > 1:  # the updated shards are gathered back into every replica
-            comm.all_gather(params[0].new_empty(math.ceil(grad_bytes / params[0].element_size() / state.dp)), 0, "dp")
+            shard = math.ceil(grad_bytes / grad_dtype.itemsize / state.dp)  # the parameters, in the training dtype
+            comm.all_gather(params[0].new_empty(shard), 0, "dp")
         self.capture.cut(name, self.recording)
 
 
@@ -286,6 +327,7 @@ def _trace(
     zero1: bool,
     dtype: str,
     lr: float,
+    master_weights: bool = False,
 ) -> StageProgram:
     with torch.device("meta"):
         module = build()
@@ -293,7 +335,7 @@ def _trace(
     module.to(device_tensor.DEVICE)  # the shard's weights are allocated on the core here
     capture.discard(recording)  # loading weights is not a step
     weights = _allocated(ledger)
-    run = _StageRun(module, capture, ledger, recording, state, dtype)
+    run = _StageRun(module, capture, ledger, recording, state, dtype, fp32_grads=master_weights)
     params = run.params
 
     activations, transient = run.micro_step(inputs, first=True)
@@ -303,12 +345,16 @@ def _trace(
         activations, transient = max(activations, a2), max(transient, t2)
     before_optimizer = _allocated(ledger)
 
-    grad_bytes = sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
-    shards = [_shard(p, state.dp) for p in params] if zero1 else params
-    optimizer = torch.optim.AdamW(shards, lr=lr, foreach=True)
-    run.optimizer_step(optimizer, "optimizer_first", zero1, grad_bytes)
+    grads = [run.gradient(p) for p in params]
+    grad_bytes = sum(g.numel() * g.element_size() for g in grads if g is not None)
+    if zero1:
+        stepped = [_shard(p, state.dp, torch.float32 if master_weights else p.dtype) for p in params]
+    else:
+        stepped = [_master(p, g) for p, g in zip(params, grads, strict=True)] if master_weights else params
+    optimizer = torch.optim.AdamW(stepped, lr=lr, foreach=True)
+    run.optimizer_step(optimizer, "optimizer_first", zero1, grad_bytes, master_weights)
     optimizer_bytes = _allocated(ledger) - before_optimizer
-    run.optimizer_step(optimizer, "optimizer", zero1, grad_bytes)
+    run.optimizer_step(optimizer, "optimizer", zero1, grad_bytes, master_weights)
     memory = StageMemory(
         weights=weights,
         gradients=max(0, gradients),
@@ -324,9 +370,18 @@ def _trace(
     return StageProgram(state.pp_rank, capture.graphs, memory, run.send_bytes, parameters)
 
 
-def _shard(p: torch.Tensor, dp: int) -> nn.Parameter:
-    """This rank's 1/dp slice of a parameter (flat), with a gradient slice, for ZeRO-1."""
+def _shard(p: torch.Tensor, dp: int, dtype: torch.dtype) -> nn.Parameter:
+    """This rank's 1/dp slice of a parameter (flat, in ``dtype``: FP32 for master weights), with
+    a gradient slice, for ZeRO-1."""
     n = math.ceil(p.numel() / dp)
-    shard = nn.Parameter(p.new_empty(n))
-    shard.grad = p.new_empty(n)
+    shard = nn.Parameter(p.new_empty(n, dtype=dtype))
+    shard.grad = p.new_empty(n, dtype=dtype)
     return shard
+
+
+def _master(p: torch.Tensor, grad: torch.Tensor | None) -> nn.Parameter:
+    """An FP32 copy of a parameter whose gradient is its FP32 accumulation buffer: what the
+    optimizer steps with master weights (the training dtype's parameter is updated from it)."""
+    master = nn.Parameter(p.detach().to(torch.float32))
+    master.grad = torch.empty_like(master) if grad is None else grad
+    return master

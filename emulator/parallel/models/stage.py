@@ -2,7 +2,7 @@
 place (:func:`emulator.parallel.comm.state`), and one micro-batch of its inputs::
 
     set_communicator(RecordingCommunicator(RankGrid(tp=8, pp=4).state_at(pp=1, sequence_parallel=True)))
-    stage = build_stage(MODELS["gpt3-6.7b"], seq_len=2048, recompute=True)
+    stage = build_stage(MODELS["gpt3-6.7b"], seq_len=2048, recompute="selective", flash_attention=True)
     loss_or_activation = stage(*stage_inputs(MODELS["gpt3-6.7b"], stage, micro_batch=1, seq_len=2048))
 
 Layers split evenly over the pipeline stages; the first stage also holds the embedding, the last
@@ -20,12 +20,18 @@ from emulator.workloads.models.zoo import ModelSpec, count_parameters, padded_vo
 
 
 def build_stage(
-    spec: ModelSpec, *, seq_len: int, recompute: bool = False, device: str | torch.device = "meta"
+    spec: ModelSpec,
+    *,
+    seq_len: int,
+    recompute: str = "none",
+    flash_attention: bool = False,
+    device: str | torch.device = "meta",
 ) -> StageModule:
     """This rank's pipeline stage of ``spec`` (tp, pp, pp_rank, sequence_parallel from
     :func:`emulator.parallel.comm.state`), built on ``device`` — ``meta`` for model-scale work:
-    no memory and no initialisation whatever the size. ``recompute`` checkpoints every
-    transformer layer (its forward runs again in backward)."""
+    no memory and no initialisation whatever the size. ``recompute``: ``full`` checkpoints every
+    transformer layer (its forward runs again in backward), ``selective`` only each attention core;
+    ``flash_attention``: the attention core as one fused kernel each way."""
     state = comm.state()
     validate(spec, state.tp, state.pp, seq_len, sequence_parallel=state.sequence_parallel)
     if not 0 <= state.pp_rank < state.pp:
@@ -37,6 +43,7 @@ def build_stage(
             spec,
             seq_len=seq_len,
             recompute=recompute,
+            flash_attention=flash_attention,
             vocab=padded_vocab(spec, state.tp),
             parameters_total=count_parameters(spec, state.tp),
         )

@@ -3,8 +3,14 @@ out as Megatron-LM / neuronx-distributed lay out a tensor-parallel model, and bu
 pipeline stage at a time.
 
 Per rank and stage: activations are ``[s, b, h]`` (``[s/tp, b, h]`` under sequence
-parallelism); attention is plain ops (projections, matmul, mask, softmax, matmul), so every op
-the capture layer records has a shape and a FLOP count.
+parallelism); attention (``attention.py``) is plain ops (projections, matmul, mask, softmax,
+matmul), or with ``flash_attention`` one fused kernel per direction, so every op the capture
+layer records has a shape and a FLOP count.
+
+Activation recomputation (``recompute``, docs/parallel.md §Memory): ``full`` checkpoints every
+layer (its whole forward runs again in backward: Megatron's and NeMo's ``full``/``uniform``),
+``selective`` only the attention core between the QKV projection and the output projection
+(Megatron's ``selective``: what is cheap to recompute and holds the sequence x sequence scores).
 
 Tensor-parallel layout of a layer (see ``docs/models.md``): QKV column-parallel (split by heads;
 GQA key/value heads split over tp, or replicated to one per rank when ``tp > kv_heads``, as NxD's
@@ -18,7 +24,6 @@ The model's dimensions come from :class:`emulator.workloads.models.zoo.ModelSpec
 from __future__ import annotations
 
 import functools
-import math
 
 import torch
 import torch.nn.functional as F
@@ -34,14 +39,15 @@ from emulator.parallel.layers import (
 )
 from emulator.parallel.mappings import (
     column_parallel_linear,
-    enter_tp_region,
     gather_from_sp_region,
     sequence_parallel,
     tp_rank,
     tp_size,
 )
+from emulator.parallel.models.attention import Attention, RotaryEmbedding, dropout
 from emulator.parallel.partition import mark_sequence_parallel, set_tensor_model_parallel_attributes
-from emulator.workloads.models.zoo import ModelSpec, kv_layout
+from emulator.workloads.models.recipes import RECOMPUTE
+from emulator.workloads.models.zoo import ModelSpec
 
 IGNORE_INDEX = -100  # MLM label of the positions that are not predicted (HF convention)
 
@@ -103,128 +109,6 @@ def make_norm(spec: ModelSpec) -> nn.Module:
     return LayerNorm(spec.hidden, spec.norm_eps)
 
 
-def _dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    return F.dropout(x, p, training) if p > 0.0 and training else x
-
-
-# --------------------------------------------------------------------------------------------
-# Rotary position embedding
-# --------------------------------------------------------------------------------------------
-
-
-def _llama3_scaled(inv_freq: torch.Tensor, scaling: tuple[float, float, float, int]) -> torch.Tensor:
-    """Llama 3.1's frequency rescaling: long wavelengths divided by ``factor``, short ones kept,
-    a smooth blend between (``rope_scaling`` of the model's config)."""
-    factor, low_freq_factor, high_freq_factor, original_context = scaling
-    wavelen = 2 * math.pi / inv_freq
-    low_freq_wavelen = original_context / low_freq_factor
-    high_freq_wavelen = original_context / high_freq_factor
-    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
-    smooth = (original_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
-    blended = (1 - smooth) * scaled / factor + smooth * scaled
-    medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
-    return torch.where(medium, blended, scaled)
-
-
-class RotaryEmbedding(nn.Module):
-    inv_freq: torch.Tensor  # a buffer
-
-    def __init__(self, head_dim: int, theta: float, scaling: tuple[float, float, float, int] | None) -> None:
-        super().__init__()
-        # Computed on the CPU (a few dozen values; ``arange`` on meta would load PyTorch's Python
-        # meta kernels, seconds on first use), then placed where the module is being built.
-        exponents = torch.arange(0, head_dim, 2, dtype=torch.float32, device="cpu") / head_dim
-        inv_freq = 1.0 / theta**exponents
-        if scaling is not None:
-            inv_freq = _llama3_scaled(inv_freq, scaling)
-        self.register_buffer("inv_freq", inv_freq.to(torch.get_default_device()), persistent=False)
-
-    def forward(self, seq: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """``cos`` and ``sin`` tables ``[seq, 1, 1, head_dim]`` (broadcast over batch and heads)."""
-        positions = torch.arange(seq, device=self.inv_freq.device, dtype=torch.float32)
-        freqs = torch.outer(positions, self.inv_freq.float())  # fp32 even in a bf16 model
-        angles = torch.cat([freqs, freqs], dim=-1)[:, None, None, :]
-        return angles.cos().to(dtype), angles.sin().to(dtype)
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x [s, b, heads, head_dim]`` by the position angles (rotate-half convention)."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
-
-
-# --------------------------------------------------------------------------------------------
-# Transformer layer
-# --------------------------------------------------------------------------------------------
-
-
-class Attention(nn.Module):
-    """Self-attention of this rank's heads: column-parallel QKV, plain-op attention, row-parallel
-    output projection."""
-
-    def __init__(self, spec: ModelSpec) -> None:
-        super().__init__()
-        tp = tp_size()
-        if spec.hidden % spec.heads:
-            raise ValueError(f"{spec.name}: hidden size {spec.hidden} is not divisible by {spec.heads} heads")
-        self.head_dim = spec.hidden // spec.heads
-        if spec.heads % tp:
-            raise ValueError(f"{spec.name}: {spec.heads} attention heads do not split over tensor-parallel size {tp}")
-        self.heads = spec.heads // tp
-        self.kv_heads, self.kv_replicas = kv_layout(spec.heads, spec.kv_heads, tp)
-        kv_total = self.kv_heads * tp  # with replication: more than spec.kv_heads
-        self.fused = spec.fused_qkv
-        q_out, kv_out = spec.heads * self.head_dim, kv_total * self.head_dim
-        if self.fused:
-            self.qkv = ColumnParallelLinear(spec.hidden, q_out + 2 * kv_out, bias=spec.bias)
-            kv_params = list(self.qkv.parameters())
-        else:
-            self.query = ColumnParallelLinear(spec.hidden, q_out, bias=spec.bias)
-            self.key = ColumnParallelLinear(spec.hidden, kv_out, bias=spec.bias)
-            self.value = ColumnParallelLinear(spec.hidden, kv_out, bias=spec.bias)
-            kv_params = [*self.key.parameters(), *self.value.parameters()]
-        if self.kv_replicas > 1:
-            # The key/value rows are copies held by kv_replicas ranks (NxD's kv-shared group):
-            # their gradients are partial and sum over those ranks once per step.
-            for p in kv_params:
-                p.kv_replicas = self.kv_replicas  # type: ignore[attr-defined]  # a Megatron-style tag on the Parameter
-        self.out = RowParallelLinear(q_out, spec.hidden, bias=spec.bias)
-        self.dropout = spec.attention_dropout
-        self.scale = 1.0 / math.sqrt(self.head_dim)
-
-    def forward(
-        self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None, mask: torch.Tensor | None
-    ) -> torch.Tensor:
-        hd = self.head_dim
-        if self.fused:  # [s, b, (heads + 2 kv_heads) * hd]: queries, keys, values of this rank's heads
-            qkv = self.qkv(x)
-            seq, batch = qkv.shape[0], qkv.shape[1]
-            qk, v = qkv.view(seq, batch, -1, hd).split([self.heads + self.kv_heads, self.kv_heads], dim=2)
-            if rotary is not None:  # queries and keys rotated together (the same ops, half as many)
-                qk = apply_rotary(qk, *rotary)
-            q, k = qk.split([self.heads, self.kv_heads], dim=2)
-        else:  # one all-reduce (all-gather under SP) of the input for the three projections
-            full = enter_tp_region(x)
-            q, k, v = self.query.local_forward(full), self.key.local_forward(full), self.value.local_forward(full)
-            seq, batch = q.shape[0], q.shape[1]
-            q = q.view(seq, batch, self.heads, hd)
-            k = k.view(seq, batch, self.kv_heads, hd)
-            v = v.view(seq, batch, self.kv_heads, hd)
-            if rotary is not None:
-                q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
-        q, k, v = q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3)  # [b, heads, s, hd]
-        if self.kv_heads != self.heads:  # grouped-query attention: each KV head serves a group of queries
-            group = self.heads // self.kv_heads
-            k = k[:, :, None].expand(batch, self.kv_heads, group, seq, hd).reshape(batch, self.heads, seq, hd)
-            v = v[:, :, None].expand(batch, self.kv_heads, group, seq, hd).reshape(batch, self.heads, seq, hd)
-        scores = (q @ k.transpose(-2, -1)) * self.scale
-        if mask is not None:
-            scores = scores.masked_fill(mask, float("-inf"))
-        probs = _dropout(F.softmax(scores, dim=-1), self.dropout, self.training)
-        context = (probs @ v).permute(2, 0, 1, 3).reshape(seq, batch, self.heads * hd)
-        return self.out(context)
-
-
 class MLP(nn.Module):
     """GELU MLP (up, down) or SwiGLU (gate and up fused in one column-parallel layer, down)."""
 
@@ -248,11 +132,11 @@ class MLP(nn.Module):
 
 
 class TransformerLayer(nn.Module):
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, *, flash: bool = False, recompute: str = "none") -> None:
         super().__init__()
         self.post_norm = spec.post_norm
         self.norm1 = make_norm(spec)
-        self.attention = Attention(spec)
+        self.attention = Attention(spec, flash=flash, recompute=recompute)
         self.norm2 = make_norm(spec)
         self.mlp = MLP(spec)
         self.dropout = spec.hidden_dropout
@@ -261,10 +145,10 @@ class TransformerLayer(nn.Module):
         self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None, mask: torch.Tensor | None
     ) -> torch.Tensor:
         if self.post_norm:  # BERT: residual, then norm
-            x = self.norm1(x + _dropout(self.attention(x, rotary, mask), self.dropout, self.training))
-            return self.norm2(x + _dropout(self.mlp(x), self.dropout, self.training))
-        x = x + _dropout(self.attention(self.norm1(x), rotary, mask), self.dropout, self.training)
-        return x + _dropout(self.mlp(self.norm2(x)), self.dropout, self.training)
+            x = self.norm1(x + dropout(self.attention(x, rotary, mask), self.dropout, self.training))
+            return self.norm2(x + dropout(self.mlp(x), self.dropout, self.training))
+        x = x + dropout(self.attention(self.norm1(x), rotary, mask), self.dropout, self.training)
+        return x + dropout(self.mlp(self.norm2(x)), self.dropout, self.training)
 
 
 # --------------------------------------------------------------------------------------------
@@ -303,7 +187,7 @@ class TokenEmbedding(nn.Module):
             x = x + F.embedding(token_types.t().narrow(0, start, local), self.token_type)
         if self.norm is not None:
             x = self.norm(x)
-        return _dropout(x, self.dropout, self.training)
+        return dropout(x, self.dropout, self.training)
 
 
 class PatchEmbedding(nn.Module):
@@ -323,7 +207,7 @@ class PatchEmbedding(nn.Module):
         x = F.conv2d(images, self.proj_weight, self.proj_bias, stride=self.patch)  # [b, h, H/p, W/p]
         x = x.flatten(2).transpose(1, 2)  # [b, patches, h]
         x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.position
-        return _dropout(x.transpose(0, 1), self.dropout, self.training)
+        return dropout(x.transpose(0, 1), self.dropout, self.training)
 
 
 # --------------------------------------------------------------------------------------------
@@ -415,12 +299,24 @@ class StageModule(nn.Module):
     :func:`emulator.parallel.models.stage.build_stage`.
     """
 
-    def __init__(self, spec: ModelSpec, *, seq_len: int, recompute: bool, vocab: int, parameters_total: int) -> None:
+    def __init__(
+        self,
+        spec: ModelSpec,
+        *,
+        seq_len: int,
+        recompute: str = "none",
+        flash_attention: bool = False,
+        vocab: int,
+        parameters_total: int,
+    ) -> None:
         super().__init__()
+        if recompute not in RECOMPUTE:
+            raise ValueError(f"recompute {recompute!r}: expected one of {', '.join(RECOMPUTE)}")
         state = comm.state()
         self.spec = spec
         self.seq_len = seq_len
         self.recompute = recompute
+        self.flash_attention = flash_attention
         self.tp, self.pp, self.pp_rank = state.tp, state.pp, state.pp_rank
         self.sequence_parallel = sequence_parallel()
         self.first, self.last = state.first_stage, state.last_stage
@@ -432,7 +328,9 @@ class StageModule(nn.Module):
         self.embedding: nn.Module | None = None
         if self.first:
             self.embedding = PatchEmbedding(spec) if spec.family == "vit" else TokenEmbedding(spec, vocab)
-        self.layers = nn.ModuleDict({str(i): TransformerLayer(spec) for i in self.layer_range})
+        self.layers = nn.ModuleDict(
+            {str(i): TransformerLayer(spec, flash=flash_attention, recompute=recompute) for i in self.layer_range}
+        )
         self.rotary = (
             RotaryEmbedding(spec.hidden // spec.heads, spec.rope_theta, spec.rope_scaling)
             if spec.position == "rope"
@@ -475,11 +373,11 @@ class StageModule(nn.Module):
         seq = x.shape[0] * (self.tp if self.sequence_parallel else 1)  # attention sees the whole sequence
         rotary = self.rotary(seq, x.dtype) if self.rotary is not None else None
         mask = None
-        if self.spec.causal:  # True above the diagonal: keys after the query; built on the device
+        if self.spec.causal and not self.flash_attention:  # True above the diagonal: keys after the query
             positions = torch.arange(seq, device=x.device)
             mask = positions.unsqueeze(0) > positions.unsqueeze(1)
         for layer in self.layers.values():
-            if self.recompute and torch.is_grad_enabled():
+            if self.recompute == "full" and torch.is_grad_enabled():
                 # Megatron's full recomputation: the whole layer forward runs again in backward
                 # (early_stop=False: PyTorch would otherwise skip the trailing ops whose outputs
                 # backward does not need, e.g. a layer's last matmul and all-reduce). Inputs reach

@@ -1,16 +1,15 @@
 """The model-scale models: full-size models with published Trn1 training results (torch-free).
 
-Each :class:`ModelSpec` gives a model's dimensions, where they come from and its published
-training recipe; the functions here derive what follows from the dimensions alone (padded
-vocabulary, parameter count, tensor-parallel key/value layout, the layouts a model accepts).
+Each :class:`ModelSpec` gives a model's dimensions and where they come from (its published
+training recipe is :mod:`emulator.workloads.models.recipes`); the functions here derive what
+follows from the dimensions alone (padded vocabulary, parameter count, tensor-parallel key/value
+layout, the layouts a model accepts).
 The one model code that builds them is :mod:`emulator.parallel.models` (a pipeline stage on
 ``meta``); ``docs/models.md`` has the table, the sources and the tensor-parallel layout.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,10 +40,6 @@ class ModelSpec:
     description: str
     source: str  # where every number above comes from
     published_params: int  # the model size as its source states it
-    # Memory settings the published Trn1 training recipe turns on ("zero1", "sequence_parallel"):
-    # `run`'s defaults for this model unless --no-zero1 / --no-sequence-parallel (docs/parallel.md)
-    recipe: tuple[str, ...] = ()
-    recipe_source: str = ""
     # architecture
     norm: str = "layernorm"  # "layernorm" | "rmsnorm"
     norm_eps: float = 1e-5
@@ -96,15 +91,6 @@ def _gpt3(name: str, layers: int, hidden: int, heads: int, published: int, sourc
         hidden_dropout=0.1,
         attention_dropout=0.1,
     )
-
-
-def _with_recipe(flags: tuple[str, ...], source: str) -> Callable[..., ModelSpec]:
-    """``_llama`` whose spec carries the published recipe's memory settings."""
-
-    def make(*args: Any, **kwargs: Any) -> ModelSpec:
-        return dataclasses.replace(_llama(*args, **kwargs), recipe=flags, recipe_source=source)
-
-    return make
 
 
 def _llama(
@@ -205,11 +191,7 @@ MODELS: dict[str, ModelSpec] = {
             f"{_GPT3} (GPT-3 175B: 96 layers, d_model 12288, 96 heads, context 2048); {_NEMO}/gpt_175b.sh",
             "GPT-3 175B (Megatron GPT)",
         ),
-        _with_recipe(
-            ("zero1", "sequence_parallel"),
-            # its selective activation checkpointing is not modelled (--recompute is full recompute)
-            "neuronx-distributed's tp_zero1_llama_hf_pretrain",
-        )(
+        _llama(
             "llama2-7b",
             32,
             4096,

@@ -29,6 +29,7 @@ from emulator.runtime.errors import NeuronRuntimeError
 from emulator.workloads import WORKLOADS
 from emulator.workloads.config import RunConfig
 from emulator.workloads.errors import report_error
+from emulator.workloads.models.recipes import SWITCHES_OFF
 
 if TYPE_CHECKING:
     from emulator.parallel.job import JobPlan
@@ -135,8 +136,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _real_math_run(args: argparse.Namespace) -> tuple[RunConfig, int]:
     """The checked run of a real-math workload and its process count; ArgumentError otherwise."""
     used = [f"--{f.replace('_', '-')}" for f in _PARALLEL_FLAGS if getattr(args, f, None) is not None]
-    switches = ("zero1", "recompute", "sequence_parallel", "flash_attention", "master_weights")
-    used += [f"--{f.replace('_', '-')}" for f in switches if getattr(args, f, None) is not None]
+    used += [f"--{f.replace('_', '-')}" for f in SWITCHES_OFF if getattr(args, f, None) is not None]
     if used:
         raise ArgumentError(
             f"{' '.join(used)}: tensor/pipeline layouts are for model-scale workloads; "

@@ -17,7 +17,7 @@ from emulator.parallel.job import JobPlan, plan_job
 from emulator.parallel.plan import ConfigError, ParallelConfig, make_config
 from emulator.parallel.ranks import ParallelState
 from emulator.workloads.models import zoo
-from emulator.workloads.models.recipes import RECIPES, Recipe
+from emulator.workloads.models.recipes import RECIPES, SWITCHES_OFF, Recipe
 from emulator.workloads.models.zoo import MODELS, ModelSpec
 
 
@@ -101,13 +101,7 @@ def recipe_settings(request: JobRequest, spec: ModelSpec) -> dict[str, Any]:
     recipe = RECIPES.get(spec.name)
     published = recipe.switches() if recipe else {}
     out: dict[str, Any] = {}
-    for name, off in (
-        ("zero1", False),
-        ("recompute", "none"),
-        ("sequence_parallel", False),
-        ("flash_attention", False),
-        ("master_weights", False),
-    ):
+    for name, off in SWITCHES_OFF.items():
         asked = getattr(request, name)
         out[name] = asked if asked is not None else published.get(name, off)
     tp = request.tp if request.tp is not None else (recipe.tp if recipe else 1)

@@ -222,7 +222,7 @@ class _StageRun:
     recording: RecordingCommunicator
     state: ParallelState
     dtype: str
-    fp32_grads: bool = False  # gradients accumulated in FP32 buffers (mixed precision, with master weights)
+    master_weights: bool = False  # mixed precision: FP32 master weights and moments, FP32 gradient accumulation
     send_bytes: int = 0  # the activation sent to the next stage per micro-batch
     accumulated: dict[int, torch.Tensor] = field(default_factory=dict)  # id(parameter) -> its FP32 gradient
 
@@ -269,7 +269,7 @@ class _StageRun:
             out.backward()
         else:
             out.backward(torch.empty_like(out))
-        if self.fp32_grads:
+        if self.master_weights:
             self._accumulate()
         name = "micro_step" if first else "micro_step_accumulate"
         if pipelined:
@@ -279,15 +279,13 @@ class _StageRun:
         del out, batch
         return kept, peak
 
-    def optimizer_step(
-        self, optimizer: torch.optim.Optimizer, name: str, zero1: bool, grad_bytes: int, master: bool = False
-    ) -> None:
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, name: str, zero1: bool, grad_bytes: int) -> None:
         """The data-parallel reduction, global-norm clipping and AdamW, cut as graph ``name``.
-        With ``master`` weights the optimizer steps FP32 copies (:func:`_master`) with the FP32
+        With master weights the optimizer steps FP32 copies (:func:`_master`) with the FP32
         gradients and the updated copies are cast back into the training dtype after (NxD's mixed
         precision, docs/parallel.md §HBM per core)."""
-        params, state = self.params, self.state
-        grad_dtype = torch.float32 if self.fp32_grads else params[0].dtype
+        params, state, master = self.params, self.state, self.master_weights
+        grad_dtype = torch.float32 if master else params[0].dtype
         if state.dp > 1:
             numel = grad_bytes // grad_dtype.itemsize
             if zero1:  # ZeRO-1: the bucket is padded to split evenly; each rank reduces only its 1/dp
@@ -335,7 +333,7 @@ def _trace(
     module.to(device_tensor.DEVICE)  # the shard's weights are allocated on the core here
     capture.discard(recording)  # loading weights is not a step
     weights = _allocated(ledger)
-    run = _StageRun(module, capture, ledger, recording, state, dtype, fp32_grads=master_weights)
+    run = _StageRun(module, capture, ledger, recording, state, dtype, master_weights=master_weights)
     params = run.params
 
     activations, transient = run.micro_step(inputs, first=True)
@@ -352,9 +350,9 @@ def _trace(
     else:
         stepped = [_master(p, g) for p, g in zip(params, grads, strict=True)] if master_weights else params
     optimizer = torch.optim.AdamW(stepped, lr=lr, foreach=True)
-    run.optimizer_step(optimizer, "optimizer_first", zero1, grad_bytes, master_weights)
+    run.optimizer_step(optimizer, "optimizer_first", zero1, grad_bytes)
     optimizer_bytes = _allocated(ledger) - before_optimizer
-    run.optimizer_step(optimizer, "optimizer", zero1, grad_bytes, master_weights)
+    run.optimizer_step(optimizer, "optimizer", zero1, grad_bytes)
     memory = StageMemory(
         weights=weights,
         gradients=max(0, gradients),

@@ -8,6 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 RECOMPUTE = ("none", "selective", "full")  # activation recomputation (NeMo's activations_checkpoint_granularity)
+# the memory and kernel switches, by their JobRequest / ParallelConfig names, each off
+SWITCHES_OFF: dict[str, object] = {
+    "zero1": False,
+    "recompute": "none",
+    "sequence_parallel": False,
+    "flash_attention": False,
+    "master_weights": False,
+}
 CORES_PER_NODE = 32  # NeuronCores of a trn1.32xlarge / trn1n.32xlarge, the instance every recipe runs on
 
 
@@ -35,14 +43,8 @@ class Recipe:
         return self.nodes * CORES_PER_NODE // (self.tp * self.pp)
 
     def switches(self) -> dict[str, object]:
-        """The memory and kernel switches, by their ``JobRequest`` names."""
-        return {
-            "recompute": self.recompute,
-            "sequence_parallel": self.sequence_parallel,
-            "zero1": self.zero1,
-            "flash_attention": self.flash_attention,
-            "master_weights": self.master_weights,
-        }
+        """The memory and kernel switches (:data:`SWITCHES_OFF`'s names) as the recipe sets them."""
+        return {name: getattr(self, name) for name in SWITCHES_OFF}
 
 
 _NNM = "aws-neuron/neuronx-nemo-megatron@f4743ce nemo/examples/nlp/language_modeling"

@@ -14,6 +14,7 @@ from emulator.parallel.job import JobPlan
 from emulator.parallel.runner import JobRequest, plan_request
 from emulator.runtime.errors import NeuronRuntimeError
 from emulator.workloads.models.recipes import RECIPES
+from emulator.workloads.models.zoo import MODELS
 
 TRN1_2 = get_instance_type("trn1.2xlarge")
 SEQ, BATCH = 197, 8  # ViT-B/16's tokens (196 patches + the class token), images per micro-batch
@@ -109,3 +110,18 @@ def test_every_published_recipe_fits_as_published(model: str) -> None:
 def test_the_documented_oom_boundaries_still_fail(model: str, asked: dict[str, object]) -> None:
     with pytest.raises(NeuronRuntimeError, match="NRT_RESOURCE"):
         plan_request(JobRequest(model, **asked), TRN1_32, env={})  # type: ignore[arg-type]
+
+
+def test_bench_recipes_lists_every_model(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from emulator.cli import main
+    from emulator.workloads.models import recipes
+
+    monkeypatch.setattr(recipes, "RECIPES", {"gpt3-6.7b": RECIPES["gpt3-6.7b"]})  # one quick recipe planned
+    assert main(["bench", "--recipes"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (row,) = [line for line in lines if line.startswith("gpt3-6.7b ")]
+    assert "GiB" in row and "TP8xPP1xDP4, micro-batch 1, global batch 64" in row
+    others = [line for line in lines if "no published Trn1 training recipe" in line]
+    assert len(others) == len(MODELS) - 1  # every other model is listed, saying it has none here
+    assert main(["bench", "--recipes", "gpt3-6.7b"]) == 1  # one line: --recipes plans them all
+    assert "--recipes plans every model's recipe" in capsys.readouterr().err

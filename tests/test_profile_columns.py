@@ -20,11 +20,12 @@ from neurontools.profile.load import load
 from tests import profile_support as ps
 
 
-def _capture(root: Path, *, epoch: float = ps.EPOCH) -> Timeline:
-    """One core: two executions laid out alike 1 ms apart, a third with a slower all-reduce."""
+def _capture(root: Path, *, epoch: float = ps.EPOCH, apart: float = 1e-3) -> Timeline:
+    """One core: two executions laid out alike ``apart`` seconds apart, a third with a slower
+    all-reduce after them (``apart`` under 0.4 ms: the first two overlap, as only a hand-made file does)."""
     executions = [
         ps.execution(1.0, 100),
-        ps.execution(1.0, 100, number=2, start=ps.START + 1e-3),
+        ps.execution(1.0, 100, number=2, start=ps.START + apart),
         ps.execution(1.0, 250, number=3, start=ps.START + 2e-3),
     ]
     ps.write_process(root, 100, 0, 0, executions, epoch=epoch)
@@ -46,7 +47,10 @@ def test_executions_laid_out_alike_share_one_shape(timeline: Timeline) -> None:
     assert [lay.lane_base for lay in (first, second, third)] == [0, 0, 0]
 
 
-def test_chrome_op_events_are_the_slice_events(timeline: Timeline) -> None:
+@pytest.mark.parametrize("apart", [1e-3, 30e-6])  # one after the other; overlapping (lanes stacked)
+def test_chrome_op_events_are_the_slice_events(tmp_path: Path, apart: float) -> None:
+    timeline = _capture(tmp_path / "out", apart=apart)
+    assert any(lay.lane_base for lay in timeline.executions) == (apart < 1e-3)
     writer = chrome._Writer(timeline, {100})
     for lay in timeline.executions:
         for s in lay.op_slices():

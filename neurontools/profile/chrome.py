@@ -164,7 +164,8 @@ class _OpEvents:
         for lay in sorted(writer.timeline.executions, key=lambda e: e.start):
             if lay.op_count:
                 self.by_core.setdefault((lay.ref.pid, lay.ref.core), []).append(lay)
-        self.pieces: dict[tuple[int, int, int], list[tuple[str, str, str]]] = {}  # (shape, pid, core) -> per op
+        # (shape, pid, core, lane base) -> per op
+        self.pieces: dict[tuple[int, int, int, int], list[tuple[str, str, str]]] = {}
         self.rows: dict[int, dict[tuple[str, int], list[int]]] = {}  # shape -> (row, lane) -> ops in order
         self.args: dict[tuple[str, int], str] = {}  # (graph hash, op) -> its arguments, without the closing }
 
@@ -186,7 +187,7 @@ class _OpEvents:
                 if t0 == t1:  # an instant
                     yield json.dumps(writer.slice_event(lay.op_slice(k, t0, t1)))
                     continue
-                ts = round((t0 + offset) * 1e6 - base_us, 3)
+                ts = round((t0 + offset) * 1e6 - base_us, 3)  # _Writer.us and slice_event's dur, inlined
                 dur = round(round((t1 + offset) * 1e6 - base_us, 3) - ts, 3)
                 head, middle, tail = pieces[k]
                 yield f'{head}{ts!r}, "dur": {dur!r}{middle}{correlation}{tail}'
@@ -204,7 +205,7 @@ class _OpEvents:
 
     def _pieces(self, lay: ExecutionLayout) -> list[tuple[str, str, str]]:
         """Per op, its event's text before ``ts``, from ``args`` to the correlation, and after it."""
-        key = (id(lay.shape), lay.ref.pid, lay.ref.core)
+        key = (id(lay.shape), lay.ref.pid, lay.ref.core, lay.lane_base)  # the rows' tids differ by lane
         if key not in self.pieces:
             pid, tids = lay.ref.pid, self.writer.tids
             out = []

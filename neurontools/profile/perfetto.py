@@ -39,6 +39,7 @@ DA_NAME, DA_BOOL, DA_INT, DA_DOUBLE, DA_STRING = 10, 2, 4, 5, 6
 
 
 TIMESTAMP_KEY, PACKET_KEY = pb.key(PACKET_TIMESTAMP, pb.VARINT), pb.key(TRACE_PACKET, pb.LENGTH)
+SEQUENCE = pb.uint(PACKET_SEQUENCE_ID, SEQUENCE_ID)  # every packet's trusted sequence field
 _Timed = tuple[int, int, int, bytes]  # ns, 0 for an end / 1 for a begin, tie-break, the packet
 # a timestamp of the 2020s in ns since the epoch is a 9-byte varint: from 2**56 (1972) to 2**63
 NINE_BYTES = (1 << 56, 1 << 63)
@@ -61,16 +62,15 @@ class _OpTemplates:
 
 
 def _timed(ts: int, rest: bytes) -> bytes:
-    """:func:`_packet` of ``ts``, given the fields after the timestamp (sequence and body)."""
+    """A packet of timestamp ``ts``, given the fields after it (:data:`SEQUENCE` and the body)."""
     inner = TIMESTAMP_KEY + pb.varint(ts) + rest
     return PACKET_KEY + pb.varint(len(inner)) + inner
 
 
 def _packet(ts: int | None, body: bytes) -> bytes:
-    fields = [pb.uint(PACKET_SEQUENCE_ID, SEQUENCE_ID), body]
-    if ts is not None:
-        fields.insert(0, pb.uint(PACKET_TIMESTAMP, ts))
-    return pb.message(TRACE_PACKET, fields)
+    if ts is None:
+        return pb.message(TRACE_PACKET, [SEQUENCE, body])
+    return _timed(ts, SEQUENCE + body)
 
 
 def _annotation(name: str, value: Any) -> bytes:
@@ -164,7 +164,7 @@ class _Writer:
         t = self.templates[key]
         offset = self.clock.offsets.get(lay.ref.pid, 0.0)
         starts, stops = lay.op_times()
-        ns0 = [round((x + offset) * 1e9) for x in starts]
+        ns0 = [round((x + offset) * 1e9) for x in starts]  # ns(), inlined
         ns1 = [round((x + offset) * 1e9) for x in stops]
         add, varint = out.append, pb.varint
         fast = ns0 and NINE_BYTES[0] <= min(ns0) and max(ns1) < NINE_BYTES[1]  # the heads fit
@@ -182,13 +182,12 @@ class _Writer:
     def _op_templates(self, lay: ExecutionLayout) -> _OpTemplates:
         """Per op, its begin and end packets' fields after the timestamp; the order of the events."""
         begins, ends = [], []
-        sequence = pb.uint(PACKET_SEQUENCE_ID, SEQUENCE_ID)
         for k in range(len(lay.shape)):
             track = pb.uint(TE_TRACK, self.uuid(lay.op_track(k)))
             described = self.op_described(lay, k)
             begin = [pb.uint(TE_TYPE, SLICE_BEGIN), track, described]
-            begins.append(sequence + pb.message(PACKET_TRACK_EVENT, begin))
-            ends.append(sequence + pb.message(PACKET_TRACK_EVENT, [pb.uint(TE_TYPE, SLICE_END), track]))
+            begins.append(SEQUENCE + pb.message(PACKET_TRACK_EVENT, begin))
+            ends.append(SEQUENCE + pb.message(PACKET_TRACK_EVENT, [pb.uint(TE_TYPE, SLICE_END), track]))
         rel0, rel1 = lay.shape.relative
         events = [(rel0[k], 1, -rel1[k], k) for k in range(len(rel0))]
         events += [(rel1[k], 0, -rel0[k], k) for k in range(len(rel0))]

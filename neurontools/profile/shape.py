@@ -12,6 +12,7 @@ timeline` adds the execution's start."""
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -72,27 +73,26 @@ class Shape:
                 segments[-1] = (shift, segments[-1][1], k + 1)
             else:
                 segments.append((shift, k, k + 1))
-        start = tuple(s * sf for s in ops.start)
-        end = tuple(e * sf for e in ops.end)
+        start, end = tuple(s * sf for s in ops.start), tuple(e * sf for e in ops.end)
         rows = tuple(row_of(e) for e in ops.engine)
-        shape = cls(graph, sf, tuple(segments), start, end, (), rows, ())
-        rel_start, rel_end = shape.relative
-        shape.seconds = tuple((e - s) * sf for s, e in zip(ops.start, ops.end, strict=True))
-        shape.lanes = tuple(lanes_of(rows, rel_start, rel_end))
-        return shape
+        rel_start, rel_end = _placed(segments, start, end, 0.0)
+        return cls(
+            graph,
+            sf,
+            tuple(segments),
+            start,
+            end,
+            seconds=tuple((e - s) * sf for s, e in zip(ops.start, ops.end, strict=True)),
+            rows=rows,
+            lanes=tuple(lanes_of(rows, rel_start, rel_end)),
+        )
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def at(self, start: float) -> tuple[list[float], list[float]]:
         """Each op's absolute start and end in an execution that starts at ``start``."""
-        starts: list[float] = []
-        ends: list[float] = []
-        for shift, lo, hi in self.segments:
-            base = start + shift
-            starts.extend([base + s for s in self.scaled_start[lo:hi]])
-            ends.extend([base + e for e in self.scaled_end[lo:hi]])
-        return starts, ends
+        return _placed(self.segments, self.scaled_start, self.scaled_end, start)
 
     @cached_property
     def relative(self) -> tuple[list[float], list[float]]:
@@ -146,3 +146,16 @@ class Shape:
             busy = [(s, e) for s, e, r in zip(starts, ends, self.rows, strict=True) if row_engine(r) == TENSOR]
             self._shares[span] = binned(busy, 0.0, span / bins, bins)
         return self._shares[span]
+
+
+def _placed(
+    segments: Sequence[tuple[float, int, int]], starts: Sequence[float], ends: Sequence[float], at: float
+) -> tuple[list[float], list[float]]:
+    """The ops' starts and ends moved to an execution starting at ``at``: each segment's by its shift."""
+    out_starts: list[float] = []
+    out_ends: list[float] = []
+    for shift, lo, hi in segments:
+        base = at + shift
+        out_starts.extend([base + s for s in starts[lo:hi]])
+        out_ends.extend([base + e for e in ends[lo:hi]])
+    return out_starts, out_ends

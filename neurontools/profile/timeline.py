@@ -191,8 +191,7 @@ def lay_out(
     shape = shapes[key]
     calls = [(t, _call_slice(t, shape, ex, ref, shifts)) for t in times]
     others = [s for _, s in calls]
-    last = max([ex.start + shape.extent[1]] if ran and len(shape) else [], default=ex.start)
-    last = max([last, *(s.end for s in others)])
+    last = max([ex.start + shape.extent[1] if ran and len(shape) else ex.start, *(s.end for s in others)])
     if ran and ex.start + ex.device_seconds > last + TAIL_EPSILON:
         others.append(_tail(graph, ex, ref, last, sum(t.seconds for t in times)))
     if ex.host_seconds > 0:

@@ -85,7 +85,7 @@ def _layout(request: JobRequest, recipe: Recipe | None, spec: ModelSpec) -> dict
     # the published nodes and data-parallel size only when no layout was asked for (else dp fills them)
     published_grid = scale and all(v is None for v in (request.tp, request.pp, request.dp, request.nodes))
     return {
-        "tp": pick(request.tp, "tp", 1),
+        "tp": _tp(request, recipe),
         "pp": pick(request.pp, "pp", 1),
         "micro_batch": pick(request.micro_batch, "micro_batch", 1),
         "seq_len": pick(request.seq_len, "seq_len", spec.default_seq_len),
@@ -93,6 +93,13 @@ def _layout(request: JobRequest, recipe: Recipe | None, spec: ModelSpec) -> dict
         "dp": request.dp if request.dp is not None or not published_grid or recipe is None else recipe.dp,
         "global_batch": request.global_batch or (recipe.global_batch if scale and recipe else None),
     }
+
+
+def _tp(request: JobRequest, recipe: Recipe | None) -> int:
+    """The tensor-parallel degree: as asked, else the recipe's, else 1."""
+    if request.tp is not None:
+        return request.tp
+    return recipe.tp if recipe is not None else 1
 
 
 def recipe_settings(request: JobRequest, spec: ModelSpec) -> dict[str, Any]:
@@ -104,8 +111,7 @@ def recipe_settings(request: JobRequest, spec: ModelSpec) -> dict[str, Any]:
     for name, off in SWITCHES_OFF.items():
         asked = getattr(request, name)
         out[name] = asked if asked is not None else published.get(name, off)
-    tp = request.tp if request.tp is not None else (recipe.tp if recipe else 1)
-    if request.sequence_parallel is None and tp == 1:
+    if request.sequence_parallel is None and _tp(request, recipe) == 1:
         out["sequence_parallel"] = False
     return out
 

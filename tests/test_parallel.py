@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator.costmodel.graph import COMPILER_EFFICIENCY
+from emulator.costmodel.sdk import era_of
 from emulator.hardware import get_instance_type
-from emulator.parallel.calibrate import fit
+from emulator.parallel.calibrate import Row, fit_era
 from emulator.parallel.host import HOST_SECONDS_PER_DEVICE_OP
 from emulator.parallel.plan import ConfigError, make_config
 from emulator.parallel.plan_file import load_rank_plan, plan_document, write_plan
@@ -213,17 +213,16 @@ def test_replayed_step_reports_exactly_the_traced_graphs(gpt_tp8, tmp_path: Path
 
 
 # --- calibration ----------------------------------------------------------------------------------
-def test_published_rows_within_ten_percent_and_constants_are_the_fit() -> None:
-    plans = [plan_request(row.request, TRN1_32, env={}) for row in PUBLISHED_ROWS[:2]]
-    for row, plan in zip(PUBLISHED_ROWS[:2], plans, strict=True):
-        assert row.published_seq_per_s is not None
-        ratio = plan.samples_per_second / row.published_seq_per_s
-        assert 0.9 <= ratio <= 1.1, (row.name, ratio)
-    assert plans[0].utilization(0) == pytest.approx(0.80, abs=0.01)  # the BERT tutorial's figure
-    result = fit(
-        plans[0], PUBLISHED_ROWS[0].published_seq_per_s or 0, plans[1], PUBLISHED_ROWS[1].published_seq_per_s or 0
-    )
-    assert math.isclose(result.efficiency, COMPILER_EFFICIENCY, rel_tol=0.01)
+def test_2022_rows_within_ten_percent_and_constants_are_the_fit() -> None:
+    """The SDK 2.3 era: its efficiency and the host share are the joint fit on its two rows."""
+    era = era_of("2.3")
+    published = [row for row in PUBLISHED_ROWS if row.name in era.fitted_on]
+    rows = [Row(r.name, plan_request(r.request, TRN1_32, env={}), r.published_seq_per_s or 0) for r in published]
+    for row in rows:
+        assert 0.9 <= row.plan.samples_per_second / row.published <= 1.1, row.name
+    assert rows[0].plan.utilization(0) == pytest.approx(0.80, abs=0.01)  # the BERT tutorial's figure
+    result = fit_era("2.3", rows, host_row=rows[0])
+    assert math.isclose(result.efficiency, era.efficiency, rel_tol=0.01)
     assert math.isclose(result.host_seconds_per_op, HOST_SECONDS_PER_DEVICE_OP, rel_tol=0.02)
 
 

@@ -53,6 +53,7 @@ def bench_row(name: str, plan: JobPlan, published: float | None) -> dict[str, An
         "model": plan.model,
         "layout": plan.config.describe(),
         "dtype": plan.dtype,
+        "sdk": plan.options.sdk,
         "emulated_seq_per_s": plan.samples_per_second,
         "published_seq_per_s": published,
         "ratio": None if not published else plan.samples_per_second / published,
@@ -61,6 +62,7 @@ def bench_row(name: str, plan: JobPlan, published: float | None) -> dict[str, An
         "utilization": {str(s): plan.utilization(s) for s in plan.stages},
         "bubble": {str(s): plan.timeline.bubble(s) for s in plan.stages},
         "engine_share": plan.engine_share(stage),
+        "exposed_collectives": max(plan.collective_share(s) for s in plan.stages),
         "hbm_peak_bytes": {str(s): plan.hbm_peak(s) for s in plan.stages},
         "trace_seconds": plan.trace_seconds,
     }
@@ -89,6 +91,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     progress = (lambda _: None) if args.json else (lambda text: print(text + " ...", file=sys.stderr, flush=True))
     if args.recipes:
         return _recipes(args, instance, progress)
+    if args.sdk and not args.model:
+        report_error("--sdk goes with MODEL or --recipes (each published row has its own release)")
+        return 1
     rows: list[dict[str, Any]] = []
     try:
         if args.model:
@@ -97,7 +102,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             for row in PUBLISHED_ROWS:
                 progress(row.name)
                 plan = plan_request(row.request, instance, env={}, progress=progress)
-                rows.append({**bench_row(row.name, plan, row.published_seq_per_s), "sdk": row.era})
+                rows.append(bench_row(row.name, plan, row.published_seq_per_s))
     except (ArgumentError, ConfigError, NeuronRuntimeError) as exc:
         report_error(str(exc))
         return 1
@@ -118,7 +123,7 @@ def _recipes(args: argparse.Namespace, instance: InstanceType, progress: Callabl
         report_error("--recipes plans every model's recipe; leave out MODEL (or drop --recipes)")
         return 1
     try:
-        rows = recipe_rows(instance, progress)
+        rows = recipe_rows(instance, progress, sdk=args.sdk)
     except ConfigError as exc:
         report_error(str(exc))
         return 1

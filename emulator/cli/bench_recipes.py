@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from emulator.costmodel.sdk import era_of
 from emulator.runtime.errors import NeuronRuntimeError
 from emulator.workloads.summary import format_seconds
 
@@ -16,9 +17,12 @@ if TYPE_CHECKING:
 GIB = 2**30
 
 
-def recipe_rows(instance: InstanceType, progress: Callable[[str], None] = lambda _: None) -> list[dict[str, Any]]:
-    """One row per model with a recipe; a recipe that does not fit is a row saying why."""
-    from emulator.parallel.runner import JobRequest, plan_request
+def recipe_rows(
+    instance: InstanceType, progress: Callable[[str], None] = lambda _: None, *, sdk: str | None = None
+) -> list[dict[str, Any]]:
+    """One row per model with a recipe, at the SDK release it was published with (or ``sdk``); a
+    recipe that does not fit is a row saying why."""
+    from emulator.parallel.runner import JobRequest, plan_request, withheld
     from emulator.workloads.models.recipes import RECIPES
     from emulator.workloads.models.zoo import MODELS
 
@@ -29,9 +33,11 @@ def recipe_rows(instance: InstanceType, progress: Callable[[str], None] = lambda
             rows.append({"model": model, "recipe": None})
             continue
         progress(f"{model}: {recipe.label}")
-        row: dict[str, Any] = {"model": model, "recipe": recipe.label, "sdk": recipe.sdk, "nodes": recipe.nodes}
+        release = sdk or recipe.sdk
+        row: dict[str, Any] = {"model": model, "recipe": recipe.label, "sdk": release, "nodes": recipe.nodes}
         try:
-            plan = plan_request(JobRequest(model, published_scale=True), instance, env={}, progress=progress)
+            request = JobRequest(model, published_scale=True, sdk=release)
+            plan = plan_request(request, instance, env={}, progress=progress)
         except NeuronRuntimeError as exc:
             rows.append({**row, "fits": False, "error": exc.message})
             continue
@@ -47,6 +53,7 @@ def recipe_rows(instance: InstanceType, progress: Callable[[str], None] = lambda
             engine_share=plan.engine_share(0),
             exposed_collectives=max(plan.collective_share(s) for s in stages),
             trace_seconds=plan.trace_seconds,
+            withheld=withheld(request),
         )
         rows.append(row)
     return rows
@@ -69,6 +76,11 @@ def recipe_lines(rows: list[dict[str, Any]], capacity: int) -> list[str]:
             f"  {r['layout']}"
         )
         engines = " ".join(f"{k} {v * 100:.0f}%" for k, v in r["engine_share"].items() if v > 0.005)
-        lines.append(f"{'':<14} engines (busy share, stage 0): {engines}; recipe: {r['recipe']} (SDK {r['sdk']})")
+        era = era_of(r["sdk"]).release
+        lines.append(
+            f"{'':<14} engines (busy share, stage 0): {engines}; recipe: {r['recipe']} "
+            f"(SDK {r['sdk']}{'' if era == r['sdk'] else f', modelled as the {era} era'})"
+        )
+        lines += [f"{'':<14} {text}: off" for text in r["withheld"]]
     lines.append(f"HBM per NeuronCore: {capacity / GIB:g} GiB; CC exp.: collective time no compute hides, per step")
     return lines

@@ -54,6 +54,12 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
         "rounding (default: as the model's published recipe)",
     )
     g.add_argument("--schedule", metavar="S", help="pipeline schedule: 1f1b (default) or gpipe")
+    g.add_argument(
+        "--sdk",
+        metavar="RELEASE",
+        help="the Neuron SDK release to model: its compiler efficiency and the mechanisms it has "
+        "(default: the newest modelled, or NEURON_EMULATOR_SDK; docs/cost-model.md §SDK eras)",
+    )
 
 
 def add_multinode_arguments(parser: argparse.ArgumentParser) -> None:
@@ -146,6 +152,7 @@ def request_from_args(args: argparse.Namespace, model: str, *, published_scale: 
         schedule=(args.schedule or "1f1b").lower(),
         dtype=dtype,
         auto_cast=getattr(args, "auto_cast", None),
+        sdk=getattr(args, "sdk", None),
         published_scale=published_scale,
     )
 
@@ -153,7 +160,19 @@ def request_from_args(args: argparse.Namespace, model: str, *, published_scale: 
 def forwarded_flags(args: argparse.Namespace) -> list[str]:
     """The flags a rank's command line shows (the same for every rank, as under torchrun)."""
     out: list[str] = []
-    for flag in ("tp", "pp", "dp", "micro_batch", "global_batch", "seq_len", "steps", "dtype", "schedule", "nodes"):
+    for flag in (
+        "tp",
+        "pp",
+        "dp",
+        "micro_batch",
+        "global_batch",
+        "seq_len",
+        "steps",
+        "dtype",
+        "schedule",
+        "nodes",
+        "sdk",
+    ):
         value = getattr(args, flag, None)
         if value is not None:
             out += ["--" + flag.replace("_", "-"), str(value)]

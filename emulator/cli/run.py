@@ -190,7 +190,7 @@ def _run_parallel(args: argparse.Namespace, instance_type: str, targets: Any) ->
     from emulator.hardware import get_instance_type
     from emulator.parallel.launch import launch
     from emulator.parallel.report import ParallelReport
-    from emulator.parallel.runner import plan_request, recipe_defaults
+    from emulator.parallel.runner import plan_request, recipe_defaults, withheld
 
     instance = get_instance_type(instance_type)
     try:
@@ -204,6 +204,8 @@ def _run_parallel(args: argparse.Namespace, instance_type: str, targets: Any) ->
     report = ParallelReport(plan, steps or WORKLOADS[plan.model].steps)
     report.header()
     _print_notes(plan, recipe_defaults(request), per_process)
+    for line in withheld(request):
+        print(f"  {line}: off", flush=True)
     code = launch(
         plan,
         steps=report.steps,

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from emulator.capture.ops import TensorMeta
+from emulator.costmodel.sdk import NEWEST, era_of
 
 AUTO_CAST_MODES: tuple[str, ...] = ("none", "matmult", "all")
 AUTO_CAST_TYPES: tuple[str, ...] = ("bf16", "fp16", "tf32", "fp8_e4m3")
@@ -58,8 +59,10 @@ class CostOptions:
     auto_cast: str = "none"  # none | matmult | all
     auto_cast_type: str = "bf16"  # bf16 | fp16 | tf32 | fp8_e4m3
     stochastic_rounding: bool = False  # recorded; no throughput effect in hardware
+    sdk: str = NEWEST  # the Neuron SDK release compiling the graphs (its era's compiler efficiency)
 
     def __post_init__(self) -> None:
+        era_of(self.sdk)  # a release number the emulator models, else ValueError with one line
         if self.auto_cast not in AUTO_CAST_MODES:
             raise ValueError(f"auto-cast must be one of {', '.join(AUTO_CAST_MODES)}, got {self.auto_cast!r}")
         if self.auto_cast_type not in AUTO_CAST_TYPES:
@@ -155,17 +158,19 @@ def options_from_env(env: Mapping[str, str], auto_cast_flag: str | None = None) 
     ``all``/``bf16``) > ``auto_cast_flag`` (an explicit auto-cast mode, e.g. from a command line) >
     ``--auto-cast`` in ``NEURON_CC_FLAGS`` > default ``none``. The cast type comes from
     ``--auto-cast-type`` (default ``bf16``). Stochastic rounding: ``NEURON_RT_STOCHASTIC_ROUNDING_EN``
-    when set, else on with XLA_USE_BF16 / XLA_DOWNCAST_BF16, else off.
+    when set, else on with XLA_USE_BF16 / XLA_DOWNCAST_BF16, else off. The SDK release whose
+    compiler is modelled: ``NEURON_EMULATOR_SDK`` (default the newest modelled era).
     Bad values raise :class:`ValueError` with a one-line message.
     """
     cc = parse_cc_flags(env.get("NEURON_CC_FLAGS", ""))
     mode = cc.get("--auto-cast", "none")
     if auto_cast_flag is not None:
         mode = auto_cast_flag.strip()
-    options = CostOptions(auto_cast=mode, auto_cast_type=cc.get("--auto-cast-type", "bf16"))  # validates
+    sdk = env.get("NEURON_EMULATOR_SDK", NEWEST)
+    options = CostOptions(auto_cast=mode, auto_cast_type=cc.get("--auto-cast-type", "bf16"), sdk=sdk)  # validates
     use_bf16, downcast_bf16 = _flag(env, "XLA_USE_BF16"), _flag(env, "XLA_DOWNCAST_BF16")
     framework_bf16 = bool(use_bf16) or bool(downcast_bf16)
     if framework_bf16:
-        options = CostOptions(auto_cast="all", auto_cast_type="bf16")
+        options = CostOptions(auto_cast="all", auto_cast_type="bf16", sdk=sdk)
     sr = _flag(env, "NEURON_RT_STOCHASTIC_ROUNDING_EN")
     return dataclasses.replace(options, stochastic_rounding=framework_bf16 if sr is None else sr)

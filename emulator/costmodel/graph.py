@@ -29,14 +29,11 @@ from emulator.capture.ops import OpRecord
 from emulator.costmodel.dtypes import CostOptions
 from emulator.costmodel.engines import BUSY_ENGINES, Engine
 from emulator.costmodel.ops import DEFAULT_OPTIONS, OpCost, cost_op, hbm_stream_bandwidth
+from emulator.costmodel.sdk import era_of
 from emulator.hardware.neuroncore_v2 import NEURONCORE_V2, NeuronCoreV2Spec
 
-# Share of the modelled engine and DMA rates the compiled program achieves on the device: what
-# the per-op rules above leave out (operand transposes and layout changes, instruction scheduling,
-# the maturity of the compiler that produced the published rows). FITTED, on the two calibration
-# rows only (BERT-Large Ph1 DP32 and GPT3-6.7B TP8xDP4, docs/parallel.md "Calibration"), jointly
-# with the host share of emulator/parallel/host.py; `emulator.parallel.calibrate` re-fits both.
-COMPILER_EFFICIENCY = 0.685
+# The compiler efficiency every modelled time is divided by is the SDK era's (one FITTED constant
+# per era: emulator/costmodel/sdk.py), chosen by CostOptions.sdk.
 
 
 @dataclass(frozen=True)
@@ -51,7 +48,7 @@ class GraphCost:
     device_op_count: int  # ops that cost time (not views / allocations)
     unknown_ops: tuple[str, ...]  # normalized names costed with the unknown-op default
     ops: tuple[OpCost, ...]
-    efficiency: float = COMPILER_EFFICIENCY  # every op time above is the per-op model's / this
+    efficiency: float = 1.0  # every op time above is the per-op model's / this
 
     def op_spans(self) -> list[tuple[float, float]]:
         """``(start, end)`` of each op on its engine, seconds from the graph's start: the schedule
@@ -104,10 +101,13 @@ def cost_graph(
     ops: Sequence[OpRecord],
     options: CostOptions = DEFAULT_OPTIONS,
     core: NeuronCoreV2Spec = NEURONCORE_V2,
-    efficiency: float = COMPILER_EFFICIENCY,
+    efficiency: float | None = None,
 ) -> GraphCost:
     """Device time, per-engine busy time, FLOPs and HBM traffic of one captured graph; every
-    time is the per-op model's divided by ``efficiency`` (1.0 gives the bare per-op model)."""
+    time is the per-op model's divided by ``efficiency`` (default: the compiler efficiency of
+    ``options.sdk``'s era; 1.0 gives the bare per-op model)."""
+    if efficiency is None:
+        efficiency = era_of(options.sdk).efficiency
     if not 0 < efficiency <= 1.5:
         raise ValueError(f"efficiency {efficiency!r} must be in (0, 1.5]")
     costs = tuple(cost_op(op, options, core) for op in ops)

@@ -1,32 +1,42 @@
-"""Re-fit the two fitted constants of the emulator on the two published calibration rows.
+"""Re-fit the emulator's fitted constants on the published calibration rows (docs/parallel.md
+§Host share and calibration).
 
 1. ``HOST_SECONDS_PER_DEVICE_OP`` (``host.py``): the host share that gives the BERT-Large Ph1
-   DP32 row the NeuronCore utilisation its tutorial reports (80 %).
-2. ``COMPILER_EFFICIENCY`` (``emulator/costmodel/graph.py``): one factor on every graph's modelled
-   device time, chosen so the two rows' emulated / published throughputs balance (their geometric
-   mean is 1); the host share is re-fitted at every trial value.
+   DP32 row the NeuronCore utilisation its tutorial reports (80 %); re-fitted at every trial value
+   of the 2.3 era's efficiency, and the same for every era (the host, not the compiler).
+2. One compiler efficiency per SDK era (``emulator/costmodel/sdk.py``): one factor on every
+   graph's modelled device time, chosen so that era's own rows' emulated / published throughputs
+   balance (their geometric mean is 1).
 
-Nothing else is fitted, and no other published figure is used (docs/parallel.md "Calibration").
-``benchmarks/calibrate.py`` prints the fit; a test checks the constants in the code match it.
+Nothing else is fitted, and no other published figure is used. ``benchmarks/calibrate.py`` prints
+the fit; a test checks the constants in the code match it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from emulator.costmodel.graph import COMPILER_EFFICIENCY
+from emulator.costmodel.sdk import era_of
 from emulator.parallel.host import PUBLISHED_BERT_UTILIZATION, fit_host_seconds_per_op
 from emulator.parallel.job import JobPlan, retimed
 
 
 @dataclass(frozen=True)
-class Fit:
+class Row:
+    name: str
+    plan: JobPlan  # planned with any constants
+    published: float  # samples/s
+
+
+@dataclass(frozen=True)
+class EraFit:
+    release: str
     efficiency: float
     host_seconds_per_op: float
-    bert_ratio: float  # emulated / published throughput with the fitted constants
-    gpt_ratio: float
-    bert_utilization: float
+    ratios: dict[str, float]  # row -> emulated / published throughput with the fitted constants
+    host_utilization: float | None  # the BERT row's utilisation, when the host share was fitted here
 
 
 def _host_fit(plan: JobPlan, scale: float) -> float:
@@ -38,24 +48,33 @@ def _host_fit(plan: JobPlan, scale: float) -> float:
     return fit_host_seconds_per_op(device, ops, PUBLISHED_BERT_UTILIZATION)
 
 
-def fit(bert: JobPlan, bert_published: float, gpt: JobPlan, gpt_published: float) -> Fit:
-    """Bisection on the efficiency (throughput falls as it falls); plans made with any constants."""
+def _scale(plan: JobPlan, efficiency: float) -> float:
+    """Compute-time factor taking ``plan`` (costed at its era's efficiency) to ``efficiency``."""
+    return era_of(plan.options.sdk).efficiency / efficiency
 
-    def ratios(efficiency: float) -> tuple[float, float, float, float]:
-        scale = COMPILER_EFFICIENCY / efficiency  # the plans' compute times carry COMPILER_EFFICIENCY
-        h = _host_fit(bert, scale)
-        b = retimed(bert, compute_scale=scale, host_per_op=h)
-        g = retimed(gpt, compute_scale=scale, host_per_op=h)
-        return h, b.samples_per_second / bert_published, g.samples_per_second / gpt_published, b.utilization(0)
+
+def fit_era(release: str, rows: Sequence[Row], *, host_row: Row | None = None, host_per_op: float = 0.0) -> EraFit:
+    """Bisection on the era's efficiency (throughput falls as it falls). With ``host_row`` the host
+    share is re-fitted on it at every trial value (the 2.3 era), else ``host_per_op`` is used."""
+
+    def trial(efficiency: float) -> tuple[float, dict[str, float], float | None]:
+        h = host_per_op if host_row is None else _host_fit(host_row.plan, _scale(host_row.plan, efficiency))
+        ratios, util = {}, None
+        for row in rows:
+            plan = retimed(row.plan, compute_scale=_scale(row.plan, efficiency), host_per_op=h)
+            ratios[row.name] = plan.samples_per_second / row.published
+            if host_row is not None and row is host_row:
+                util = plan.utilization(0)
+        return h, ratios, util
 
     lo, hi = 0.05, 1.5
-    for _ in range(60):
+    for _ in range(50):
         mid = (lo + hi) / 2
-        _, rb, rg, _ = ratios(mid)
-        if math.log(rb) + math.log(rg) > 0:
+        _, ratios, _ = trial(mid)
+        if sum(math.log(r) for r in ratios.values()) > 0:
             hi = mid  # still too fast: lower efficiency
         else:
             lo = mid
     efficiency = (lo + hi) / 2
-    h, rb, rg, util = ratios(efficiency)
-    return Fit(efficiency, h, rb, rg, util)
+    h, ratios, util = trial(efficiency)
+    return EraFit(release, efficiency, h, ratios, util)

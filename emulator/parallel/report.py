@@ -38,7 +38,7 @@ class ParallelReport:
         p = self.plan
         self._print(
             f"{p.model} (model scale): {p.parameters_total:,} parameters, {p.config.describe()}, {p.dtype}, "
-            f"{self.steps} steps, {_cores(p)}"
+            f"Neuron SDK {p.options.sdk}, {self.steps} steps, {_cores(p)}"
         )
         compile_note = f"{p.compile_seconds:.1f} s simulated compile" if p.compile_seconds else "no compile"
         graphs = sum(len(s.program.graphs) for s in {id(s.program): s for s in p.stages.values()}.values())
@@ -124,7 +124,7 @@ def _collective_seconds(plan: JobPlan) -> dict[str, float]:
 def bench_lines(rows: list[dict[str, Any]], *, nccom: bool) -> list[str]:
     lines = [
         f"{'row':<36} {'SDK':>5} {'published':>10} {'emulated':>10} {'ratio':>6} {'step':>9} {'MFU':>6} {'util':>6}"
-        "  engines (busy share)"
+        f" {'CC exp.':>7}  engines (busy share)"
     ]
     for r in rows:
         pub = f"{r['published_seq_per_s']:,.1f}" if r["published_seq_per_s"] else "-"
@@ -133,7 +133,8 @@ def bench_lines(rows: list[dict[str, Any]], *, nccom: bool) -> list[str]:
         engines = " ".join(f"{k} {v * 100:.0f}%" for k, v in r["engine_share"].items() if v > 0.005)
         lines.append(
             f"{r['name']:<36} {r.get('sdk', '-'):>5} {pub:>10} {r['emulated_seq_per_s']:>10,.1f} {ratio:>6} "
-            f"{format_seconds(r['step_seconds']):>9} {r['mfu'] * 100:>5.1f}% {util * 100:>5.1f}%  {engines}"
+            f"{format_seconds(r['step_seconds']):>9} {r['mfu'] * 100:>5.1f}% {util * 100:>5.1f}% "
+            f"{r['exposed_collectives'] * 100:>6.1f}%  {engines}"
         )
     by_name = {r["name"]: r for r in rows}
     bf16, fp32 = by_name.get("BERT-Large Ph1 DP32 BF16+SR"), by_name.get("BERT-Large Ph1 DP32 FP32")

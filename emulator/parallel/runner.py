@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from emulator.costmodel import CostOptions, options_from_env
+from emulator.costmodel.sdk import NEWEST, has, missing, release_key
 from emulator.hardware.instance_types import InstanceType
 from emulator.parallel.job import JobPlan, plan_job
 from emulator.parallel.plan import ConfigError, ParallelConfig, make_config
@@ -46,17 +47,20 @@ class JobRequest:
     schedule: str = "1f1b"
     dtype: str = "bf16"
     auto_cast: str | None = None
+    sdk: str | None = None  # the Neuron SDK release modelled (None: NEURON_EMULATOR_SDK, else the newest era)
     published_scale: bool = False
 
 
-def resolve(request: JobRequest, instance: InstanceType) -> tuple[ParallelConfig, ModelSpec]:
+def resolve(
+    request: JobRequest, instance: InstanceType, env: Mapping[str, str] | None = None
+) -> tuple[ParallelConfig, ModelSpec]:
     """The checked configuration and the model spec; ConfigError with one line otherwise."""
     spec = MODELS.get(request.model)
     if spec is None:
         raise ConfigError(f"unknown model {request.model!r} (model-scale models: {', '.join(MODELS)})")
     recipe = RECIPES.get(spec.name)
     layout = _layout(request, recipe, spec)
-    switches = recipe_settings(request, spec)
+    switches = recipe_settings(request, spec, env)
     try:
         config = make_config(cores_per_node=instance.core_count, schedule=request.schedule, **layout, **switches)
     except ConfigError as exc:
@@ -102,9 +106,26 @@ def _tp(request: JobRequest, recipe: Recipe | None) -> int:
     return recipe.tp if recipe is not None else 1
 
 
-def recipe_settings(request: JobRequest, spec: ModelSpec) -> dict[str, Any]:
+def release(request: JobRequest, env: Mapping[str, str] | None = None) -> str:
+    """The Neuron SDK release the job is modelled at: as asked, else NEURON_EMULATOR_SDK, else the
+    newest modelled era (docs/cost-model.md §SDK eras)."""
+    value = request.sdk or (os.environ if env is None else env).get("NEURON_EMULATOR_SDK") or NEWEST
+    try:
+        release_key(value)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return value
+
+
+# switch -> the mechanism of emulator/costmodel/sdk.py it needs (recompute: only "selective")
+_FEATURES = {"zero1": "zero1", "sequence_parallel": "sequence_parallel", "flash_attention": "flash_attention"}
+
+
+def recipe_settings(request: JobRequest, spec: ModelSpec, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The memory and kernel switches: as asked, else as the model's published recipe has them
-    (sequence parallelism only with tensor parallelism, where it exists; off without a recipe)."""
+    (sequence parallelism only with tensor parallelism, where it exists; off without a recipe).
+    A recipe's switch the SDK release does not have yet is off (selective recomputation falls back
+    to full); asking for one is a ConfigError."""
     recipe = RECIPES.get(spec.name)
     published = recipe.switches() if recipe else {}
     out: dict[str, Any] = {}
@@ -113,6 +134,13 @@ def recipe_settings(request: JobRequest, spec: ModelSpec) -> dict[str, Any]:
         out[name] = asked if asked is not None else published.get(name, off)
     if request.sequence_parallel is None and _tp(request, recipe) == 1:
         out["sequence_parallel"] = False
+    sdk = release(request, env)
+    for name, feature in (*_FEATURES.items(), ("recompute", "selective_recompute")):
+        wanted = out[name] == "selective" if name == "recompute" else bool(out[name])
+        if wanted and not has(sdk, feature):
+            if getattr(request, name) is not None:
+                raise ConfigError(missing(sdk, feature))
+            out[name] = "full" if name == "recompute" else False
     return out
 
 
@@ -125,11 +153,27 @@ def recipe_defaults(request: JobRequest) -> list[str]:
     return [name for name, value in settings.items() if getattr(request, name) is None and value not in (False, "none")]
 
 
-def cost_options(dtype: str, auto_cast: str | None, env: Mapping[str, str]) -> CostOptions:
-    """The compiler/runtime options of the job: BF16 parameters train with stochastic rounding
-    (as the published BF16+SR rows do) unless NEURON_RT_STOCHASTIC_ROUNDING_EN says otherwise."""
+def withheld(request: JobRequest) -> list[str]:
+    """One line for each switch of the model's recipe the job's SDK release does not have yet."""
+    spec = MODELS.get(request.model)
+    recipe = RECIPES.get(request.model)
+    if spec is None or recipe is None:
+        return []
+    sdk, settings = release(request), recipe_settings(request, spec)
+    published = recipe.switches()
+    return [
+        missing(sdk, feature)
+        for name, feature in (*_FEATURES.items(), ("recompute", "selective_recompute"))
+        if getattr(request, name) is None and settings[name] != published[name] and not has(sdk, feature)
+    ]
+
+
+def cost_options(dtype: str, auto_cast: str | None, env: Mapping[str, str], sdk: str = NEWEST) -> CostOptions:
+    """The compiler/runtime options of the job at SDK release ``sdk``: BF16 parameters train with
+    stochastic rounding (as the published BF16+SR rows do) unless NEURON_RT_STOCHASTIC_ROUNDING_EN
+    says otherwise."""
     try:
-        options = options_from_env(env, auto_cast)
+        options = dataclasses.replace(options_from_env(env, auto_cast), sdk=sdk)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if dtype == "bf16" and "NEURON_RT_STOCHASTIC_ROUNDING_EN" not in env:
@@ -146,8 +190,9 @@ def plan_request(
     """Trace, cost and schedule a job (no daemon needed)."""
     from emulator.parallel.models.stage import build_stage, stage_inputs
 
-    config, spec = resolve(request, instance)
-    options = cost_options(request.dtype, request.auto_cast, os.environ if env is None else env)
+    env = os.environ if env is None else env
+    config, spec = resolve(request, instance, env)
+    options = cost_options(request.dtype, request.auto_cast, env, release(request, env))
 
     def stage_builder(state: ParallelState) -> tuple[Callable[[], Any], Callable[[Any], Any], int]:
         def build() -> Any:

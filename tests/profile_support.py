@@ -39,7 +39,7 @@ def busy_seconds() -> dict[str, float]:
     return busy
 
 
-def graph() -> p.GraphSchedule:
+def graph(wait_op: int | None = None) -> p.GraphSchedule:
     cols = list(zip(*OPS, strict=True))
     ops = p.OpTable(
         name=cols[0],
@@ -64,14 +64,14 @@ def graph() -> p.GraphSchedule:
         hbm_write_bytes=3000,
         captured_ops=8,
         ops=ops,
-        collectives=(p.CollectiveCall(after_op=4, kind="all_reduce", bytes=CC_BYTES, group="dp"),),
+        collectives=(p.CollectiveCall(after_op=4, kind="all_reduce", bytes=CC_BYTES, group="dp", wait_op=wait_op),),
     )
 
 
 def execution(
-    slow: float, cc_us: float, *, step: int = 1, number: int = 1, start: float = START
+    slow: float, cc_us: float, *, step: int = 1, number: int = 1, start: float = START, exposed_us: float | None = None
 ) -> p.ProfiledExecution:
-    device = (COMPUTE_US * slow + cc_us) * US
+    device = (COMPUTE_US * slow + (cc_us if exposed_us is None else exposed_us)) * US
     collectives = (p.ExecutedCollective("all_reduce", CC_BYTES, 2, 1, 1, cc_us * US),) if cc_us else ()
     return p.ProfiledExecution(
         step=step,
@@ -98,6 +98,7 @@ def write_process(
     cc_seconds: float = 1e-4,
     peaks: bool = True,
     epoch: float = EPOCH,
+    wait_op: int | None = None,
 ) -> Path:
     d = root / p.process_dir_name("i-0123456789abcdef0", pid)
     d.mkdir(parents=True)
@@ -116,7 +117,7 @@ def write_process(
         hbm_bandwidth=410 * 2**30 if peaks else 0.0,
     )
     (d / p.TRACE_INFO).write_text(p.json_line(info))
-    p.write_graph(d / p.neff_file(GRAPH_HASH), graph())
+    p.write_graph(d / p.neff_file(GRAPH_HASH), graph(wait_op))
     placement = p.CollectivePlacement(0, (0, 1), (0, 1), "neuronlink", "ring", 50e9, cc_seconds)
     header = p.DeviceProfileHeader(GRAPH_HASH, GRAPH_NAME, core, rank, 2, collectives=(placement,))
     lines = [p.json_line(header), *(p.json_line(e) for e in executions)]

@@ -5,12 +5,15 @@ then every published recipe fits as published, and the documented OOM boundaries
 
 from __future__ import annotations
 
+import math
 from functools import cache
 
 import pytest
 
+from emulator.costmodel.sdk import era_of
 from emulator.hardware import get_instance_type
 from emulator.parallel.job import JobPlan
+from emulator.parallel.published import PUBLISHED_ROWS
 from emulator.parallel.runner import JobRequest, plan_request
 from emulator.runtime.errors import NeuronRuntimeError
 from emulator.workloads.models.recipes import RECIPES
@@ -38,9 +41,9 @@ def test_flash_attention_keeps_no_score_matrix_and_is_one_op_each_way() -> None:
     scores = LAYERS * BATCH * HEADS * SEQ * SEQ * 2  # one [b, heads, s, s] bf16 tensor per layer
     saved = plain.stages[0].program.memory.activations - flash.stages[0].program.memory.activations
     assert saved > 0.9 * scores  # the softmax's probabilities are not kept (q, k, v, out and lse are)
-    ops = _ops(flash, "micro_step")
-    assert ops.count("_scaled_dot_product_flash_attention_for_cpu") == LAYERS
-    assert ops.count("_scaled_dot_product_flash_attention_for_cpu_backward") == LAYERS
+    ops = _ops(flash, "micro_step")  # each kernel: its TensorE, VectorE and ScalarE parts
+    assert ops.count("_scaled_dot_product_flash_attention_for_cpu") == 3 * LAYERS
+    assert ops.count("_scaled_dot_product_flash_attention_for_cpu_backward") == 3 * LAYERS
     assert "_softmax" not in ops and "_softmax" in _ops(plain, "micro_step")
     step, step_flash = (p.stages[0].program.graphs["micro_step"] for p in (plain, flash))
     assert step_flash.hbm_bytes < step.hbm_bytes  # the scores never go to HBM
@@ -81,10 +84,16 @@ def test_mixed_precision_holds_fp32_master_weights_moments_and_gradients(zero1: 
 TRN1_32 = get_instance_type("trn1.32xlarge")
 
 
+@cache
+def recipe_plan(model: str) -> JobPlan:
+    """The model's published recipe at its published scale and SDK release (what bench --recipes plans)."""
+    return plan_request(JobRequest(model, published_scale=True, sdk=RECIPES[model].sdk), TRN1_32, env={})
+
+
 @pytest.mark.parametrize("model", sorted(RECIPES))
 def test_every_published_recipe_fits_as_published(model: str) -> None:
     recipe = RECIPES[model]
-    p = plan_request(JobRequest(model, published_scale=True), TRN1_32, env={})
+    p = recipe_plan(model)
     c = p.config
     assert (c.nodes, c.tp, c.pp, c.dp, c.micro_batch, c.global_batch, c.seq_len) == (
         recipe.nodes,
@@ -97,6 +106,17 @@ def test_every_published_recipe_fits_as_published(model: str) -> None:
     )
     assert {k: getattr(c, k) for k in recipe.switches()} == recipe.switches()
     assert all(p.hbm_peak(s) <= TRN1_32.core_memory_bytes for s in p.stages)
+
+
+@pytest.mark.parametrize("release", ["2.18", "2.21"])
+def test_the_later_eras_efficiencies_are_the_fit_on_their_rows(release: str) -> None:
+    """The era's compiler efficiency balances its rows (geometric mean of emulated / published 1):
+    the published rows' jobs are their models' recipes (emulator/parallel/published.py)."""
+    rows = [r for r in PUBLISHED_ROWS if r.name in era_of(release).fitted_on]
+    assert rows and all(r.request == JobRequest(r.request.model, published_scale=True, sdk=release) for r in rows)
+    ratios = [recipe_plan(r.request.model).samples_per_second / (r.published_seq_per_s or 1) for r in rows]
+    assert math.prod(ratios) ** (1 / len(ratios)) == pytest.approx(1.0, abs=0.005)
+    assert all(0.85 < x < 1.15 for x in ratios), ratios  # issue 22's target is 0.9..1.1 (not met on 2.18 yet)
 
 
 @pytest.mark.parametrize(

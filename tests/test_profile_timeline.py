@@ -42,6 +42,21 @@ def test_collective_shifts_later_ops_and_hbm_tail_fills_device_time(timeline: Ti
     assert host[0].end == lay.start and host[0].seconds == pytest.approx(50e-6)
 
 
+@pytest.mark.parametrize(("cc_us", "exposed_us"), [(100, 0), (150, 30)])
+def test_an_overlapped_collective_delays_only_the_ops_after_its_wait(
+    tmp_path: Path, cc_us: int, exposed_us: int
+) -> None:
+    # issued before captured op 5 (TensorE at 200 µs), first needed by op 7 (GpSimd at 320 µs):
+    # ops 5 and 6 (120 µs) run meanwhile (neurontools/contract/overlap.py)
+    ps.write_process(tmp_path, 7, 0, 0, [ps.execution(1.0, cc_us, exposed_us=exposed_us)], wait_op=7)
+    (lay,) = build(load(str(tmp_path))).executions
+    rel = {(s.track.name, round((s.start - lay.start) * 1e6, 3)): s for s in lay.slices}
+    assert (CC_TRACK, 200.0) in rel and rel[(CC_TRACK, 200.0)].seconds == pytest.approx(cc_us * 1e-6)
+    assert ("TensorE", 200.0) in rel and ("ScalarE", 300.0) in rel  # not moved
+    assert ("GpSimd", 320.0 + exposed_us) in rel  # moved by what the 120 µs did not hide
+    assert lay.end - lay.start == pytest.approx((ps.COMPUTE_US + exposed_us) * 1e-6, abs=TOL)
+
+
 def test_collective_seconds_fall_back_to_the_placement_times_slow_factor(tmp_path: Path) -> None:
     ps.write_process(tmp_path, 7, 0, 0, [ps.execution(2.0, 0)], cc_seconds=30e-6)
     (lay,) = build(load(str(tmp_path))).executions

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import flop_registry
 
+from emulator.capture import attention_flops  # noqa: F401  (registers the CPU flash-attention FLOP formulas)
 from emulator.capture.ops import OpRecord, TensorMeta
 
 _DTYPE_NAMES: dict[torch.dtype, str] = {}

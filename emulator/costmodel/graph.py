@@ -28,7 +28,8 @@ from types import MappingProxyType
 from emulator.capture.ops import OpRecord
 from emulator.costmodel.dtypes import CostOptions
 from emulator.costmodel.engines import BUSY_ENGINES, Engine
-from emulator.costmodel.ops import DEFAULT_OPTIONS, OpCost, cost_op, hbm_stream_bandwidth
+from emulator.costmodel.ops import DEFAULT_OPTIONS, OpCost, hbm_stream_bandwidth
+from emulator.costmodel.parts import cost_op_parts
 from emulator.costmodel.sdk import era_of
 from emulator.hardware.neuroncore_v2 import NEURONCORE_V2, NeuronCoreV2Spec
 
@@ -47,8 +48,12 @@ class GraphCost:
     op_count: int  # captured ops
     device_op_count: int  # ops that cost time (not views / allocations)
     unknown_ops: tuple[str, ...]  # normalized names costed with the unknown-op default
-    ops: tuple[OpCost, ...]
+    ops: tuple[OpCost, ...]  # the ops' parts (emulator/costmodel/parts.py), in order
     efficiency: float = 1.0  # every op time above is the per-op model's / this
+    owners: tuple[int, ...] = ()  # each part's captured op (empty: one part per op)
+
+    def owner(self, part: int) -> int:
+        return self.owners[part] if self.owners else part
 
     def op_spans(self) -> list[tuple[float, float]]:
         """``(start, end)`` of each op on its engine, seconds from the graph's start: the schedule
@@ -110,7 +115,9 @@ def cost_graph(
         efficiency = era_of(options.sdk).efficiency
     if not 0 < efficiency <= 1.5:
         raise ValueError(f"efficiency {efficiency!r} must be in (0, 1.5]")
-    costs = tuple(cost_op(op, options, core) for op in ops)
+    parts = [cost_op_parts(op, options, core) for op in ops]
+    costs = tuple(c for op_parts in parts for c in op_parts)
+    owners = tuple(i for i, op_parts in enumerate(parts) for _ in op_parts)
     busy = {e.value: 0.0 for e in BUSY_ENGINES}
     for c in costs:
         if c.engine is not Engine.NONE:
@@ -125,9 +132,10 @@ def cost_graph(
         hbm_bytes=traffic,
         hbm_seconds=hbm_seconds,
         serial_seconds=sum(c.seconds for c in costs) / efficiency,
-        op_count=len(costs),
-        device_op_count=sum(1 for c in costs if c.seconds > 0),
+        op_count=len(ops),
+        device_op_count=len({i for i, c in zip(owners, costs, strict=True) if c.seconds > 0}),
         unknown_ops=tuple(sorted({c.name for c in costs if not c.known})),
         ops=costs,
         efficiency=efficiency,
+        owners=owners,
     )

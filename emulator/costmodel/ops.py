@@ -200,8 +200,29 @@ def _gemm_seconds(dims: tuple[int, int, int, int], rate: float, core: NeuronCore
     return flops / (rate * matmul_efficiency(m, k, n, core)), flops
 
 
-def _attention(op: OpRecord, options: CostOptions, core: NeuronCoreV2Spec) -> tuple[float, int] | None:
-    """Fused SDPA: GEMM time on TensorE vs softmax time on VectorE, whichever is longer."""
+@dataclass(frozen=True)
+class AttentionWork:
+    """A fused attention op as the flash-attention kernel runs it (docs/cost-model.md §Flash
+    attention): each engine's seconds, the GEMMs' FLOPs, the score elements it streams."""
+
+    tensor_seconds: float
+    vector_seconds: float
+    scalar_seconds: float
+    flops: int
+    scores: int
+
+
+_ATTENTION_PASSES = {False: (1.0, 1.0), True: (2.0, 1.0)}  # (VectorE, ScalarE) passes per score, fwd / bwd
+
+
+def attention_work(op: OpRecord, options: CostOptions, core: NeuronCoreV2Spec) -> AttentionWork | None:
+    """The flash-attention kernel on 128-row tiles of queries (nki-samples ``flash_fwd`` /
+    ``flash_attn_bwd``): TensorE does the GEMMs and transposes the probability (backward: score
+    gradient) tile for the next GEMM (an identity product through the array); per score VectorE
+    takes the row maximum forward and ``dS = P (dP - D)`` backward (2 passes), ScalarE the
+    exponential with its running row sum (recomputed backward). With a causal mask it skips the
+    tiles above the diagonal: the share of FLOPs the op's count (emulator/capture/attention_flops.py)
+    leaves of the full product's."""
     backward = normalize_op_name(op.name).endswith("backward")
     qkv = op.inputs[1:4] if backward else op.inputs[0:3]
     if len(qkv) < 3 or min(len(t.shape) for t in qkv) < 2:
@@ -214,13 +235,26 @@ def _attention(op: OpRecord, options: CostOptions, core: NeuronCoreV2Spec) -> tu
         gemms = [(batch, length, e, s), (batch, s, length, ev), (batch, length, ev, s)]
         gemms += [(batch, length, s, e), (batch, s, length, e)]
     rate = core.tensor.peak(matmul_rate_dtype(q.dtype, options)).base
-    tensor_s, flops = 0.0, 0
-    for dims in gemms:
-        seconds, f = _gemm_seconds(dims, rate, core)
-        tensor_s, flops = tensor_s + seconds, flops + f
-    softmax_passes = 4.0 if backward else 3.0  # as _softmax (3) / _softmax_backward_data (2 x 2N)
-    vector_s = softmax_passes * batch * length * s / _engine_rate(Engine.VECTOR, core)
-    return max(tensor_s, vector_s), flops
+    tile = int(core.on_chip.sbuf_partitions.value)
+    full = sum(2 * b * m * kk * n for b, m, kk, n in gemms)
+    share = min(1.0, op.flops / full) if op.flops and _COUNTS_TILES.get(normalize_op_name(op.name)) else 1.0
+    tensor_s = sum(_gemm_seconds(dims, rate, core)[0] for dims in [*gemms, (batch, length, tile, s)]) * share
+    scores = round(batch * length * s * share)
+    vector_passes, scalar_passes = _ATTENTION_PASSES[backward]
+    return AttentionWork(
+        tensor_s,
+        vector_passes * scores / _engine_rate(Engine.VECTOR, core),
+        scalar_passes * scores / _engine_rate(Engine.SCALAR, core),
+        round(full * share),
+        scores,
+    )
+
+
+# ops whose recorded FLOPs count only the tiles the kernel computes (emulator/capture/attention_flops.py)
+_COUNTS_TILES = {
+    "_scaled_dot_product_flash_attention_for_cpu": True,
+    "_scaled_dot_product_flash_attention_for_cpu_backward": True,
+}
 
 
 def psum_evacuation_seconds(elements: int, core: NeuronCoreV2Spec = NEURONCORE_V2) -> float:
@@ -236,7 +270,8 @@ def _tensor_compute(op: OpRecord, cls: OpClass, options: CostOptions, core: Neur
 
 def _array_compute(op: OpRecord, cls: OpClass, options: CostOptions, core: NeuronCoreV2Spec) -> tuple[float, int]:
     if cls.kind is OpKind.ATTENTION:
-        result = _attention(op, options, core)
+        work = attention_work(op, options, core)
+        result = None if work is None else (work.tensor_seconds, work.flops)
     elif cls.kind is OpKind.CONV:
         conv = _conv_gemms(op)
         result = None

@@ -20,8 +20,10 @@ all-reduce the buffer, all-gather the gathered output, reduce-scatter the input,
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -36,9 +38,11 @@ class CollectiveCall:
     kind: str  # all_reduce, all_gather, reduce_scatter, send
     group: str  # tp, dp, pp
     nbytes: int  # sized as nccom-test sizes it (see module docstring)
-    # ops captured in the graph before it (its place in the profile's timeline); not part of what
-    # the call is: equal calls cost the same wherever they sit (emulator/parallel/job.py)
+    # ops captured in the graph before it (its place in the profile's timeline), and before the op
+    # that first needs its result (None: the next op; see overlapped()); not part of what the call
+    # is: equal calls cost the same wherever they sit (emulator/parallel/job.py)
     after_op: int = field(default=-1, compare=False)
+    wait_op: int | None = field(default=None, compare=False)
 
 
 class Communicator(Protocol):
@@ -64,9 +68,25 @@ class RecordingCommunicator:
     position: Callable[[], int] = lambda: -1  # ops captured so far in the current graph
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    _open: list[list[int]] = field(default_factory=list, repr=False)  # calls of each open overlapped() block
+
     def collective(self, kind: str, group: str, tensor: torch.Tensor, nbytes: int) -> None:
         with self._lock:  # backward runs on autograd's thread
+            if self._open:
+                self._open[-1].append(len(self.calls))
             self.calls.append(CollectiveCall(kind, group, nbytes, self.position()))
+
+    def begin_overlap(self) -> None:
+        with self._lock:
+            self._open.append([])
+
+    def end_overlap(self) -> None:
+        """The calls of the innermost block are first needed here, after the ops captured in it."""
+        with self._lock:
+            here = self.position()
+            for i in self._open.pop():
+                if i < len(self.calls):  # not taken by a graph cut inside the block
+                    self.calls[i] = dataclasses.replace(self.calls[i], wait_op=here)
 
     def all_reduce(self, t: torch.Tensor, group: str, op: str) -> torch.Tensor:
         self.collective("all_reduce", group, t, _nbytes(t))
@@ -142,6 +162,24 @@ def reduce_scatter(t: torch.Tensor, dim: int, group: str) -> torch.Tensor:
     if t.shape[dim] % n:
         raise ValueError(f"reduce_scatter: dimension {dim} of size {t.shape[dim]} does not split over {n} ranks")
     return comm.reduce_scatter(t, dim, group)
+
+
+@contextmanager
+def overlapped() -> Iterator[None]:
+    """Collectives called inside the block run while the ops after them inside it do: their
+    results are first needed after the block — Megatron's asynchronous collectives (``async_op=True``,
+    the handle waited for later; docs/parallel.md §Collectives and compute). Only the recording
+    communicator notes it (the cost model hides the collective behind those ops); one that
+    computes real values has them at once."""
+    comm = _active[0]
+    if not isinstance(comm, RecordingCommunicator):
+        yield
+        return
+    comm.begin_overlap()
+    try:
+        yield
+    finally:
+        comm.end_overlap()
 
 
 def send(t: torch.Tensor, group: str = "pp") -> None:

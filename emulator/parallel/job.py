@@ -27,6 +27,7 @@ from emulator.parallel.schedule import GraphTime, StepTimeline, step_timeline
 from emulator.parallel.tracer import StageProgram, TracedGraph, trace_stage
 from emulator.runtime.errors import NeuronRuntimeError
 from emulator.runtime.memory import NRT_RESOURCE_STATUS, format_bytes
+from neurontools.contract.overlap import place_calls
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ class JobPlan:
     def collective_share(self, stage: int) -> float:
         """Share of a steady step a core of the stage spends in collectives no compute hides."""
         times = self.stages[stage].times
-        seconds = sum(times[slot.graph].collective_seconds for slot in self.timeline.stages[stage].slots)
+        seconds = sum(times[slot.graph].exposed for slot in self.timeline.stages[stage].slots)
         return seconds / self.step_seconds
 
     def hbm_peak(self, stage: int) -> int:
@@ -271,8 +272,27 @@ def _stage_cost(
     for name, graph in program.graphs.items():
         costs = tuple(cost(c) for c in graph.collectives)
         collectives[name] = costs
-        times[name] = GraphTime(graph.compute_seconds, sum(c.seconds for c in costs), host.host_seconds(graph))
+        times[name] = GraphTime(
+            graph.compute_seconds, sum(c.seconds for c in costs), host.host_seconds(graph), exposed(graph, costs)
+        )
     return StageCost(program, times, collectives)
+
+
+def exposed(graph: TracedGraph, costs: tuple[CollectiveCost, ...], compute_scale: float = 1.0) -> float:
+    """Seconds the graph's collectives add to its execution: each runs on the CC-cores from its
+    place in the op chain, hidden behind the ops before the one that first needs its result
+    (neurontools/contract/overlap.py, the rule the profile reader applies too)."""
+    schedule = graph.schedule
+    if not costs:
+        return 0.0
+    if schedule is None:
+        return sum(c.seconds for c in costs)
+    ops = schedule.ops
+    calls = [(c.after_op, c.wait_op, cost.seconds) for c, cost in zip(schedule.collectives, costs, strict=True)]
+    if compute_scale == 1.0:
+        return place_calls(ops.index, ops.start, ops.end, calls).exposed
+    scaled = [s * compute_scale for s in ops.start], [e * compute_scale for e in ops.end]
+    return place_calls(ops.index, *scaled, calls).exposed
 
 
 def _send_costs(
@@ -308,7 +328,8 @@ def retimed(plan: JobPlan, *, compute_scale: float = 1.0, host_per_op: float | N
         for name, t in cost.times.items():
             graph = cost.program.graphs[name]
             h = t.host_seconds if host_per_op is None else host.host_seconds(graph, host_per_op)
-            times[name] = GraphTime(t.compute_seconds * compute_scale, t.collective_seconds, h)
+            hidden = exposed(graph, cost.collectives[name], compute_scale)
+            times[name] = GraphTime(t.compute_seconds * compute_scale, t.collective_seconds, h, hidden)
         stages[s] = StageCost(cost.program, times, cost.collectives)
     send = _send_costs(plan.config, plan.instance, {s: c.program for s, c in plan.stages.items()}, plan.places)
     timeline, first = _timelines(plan.config, stages, send)

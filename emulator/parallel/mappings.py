@@ -183,7 +183,9 @@ class _LinearGatheredInput(torch.autograd.Function):
     ``LinearWithGradAccumulationAndAsyncCommunication`` with ``sequence_parallel``; NxD does the
     same): all-gather the ``[s/tp, ...]`` input along the sequence, multiply; keep only the local
     input for backward, where it is all-gathered again for the weight gradient, and the input
-    gradient is reduce-scattered back to ``[s/tp, ...]``."""
+    gradient is reduce-scattered back to ``[s/tp, ...]``. Backward overlaps as Megatron's does:
+    the all-gather runs while the input gradient is computed, the reduce-scatter while the weight
+    gradient is (:func:`comm.overlapped`)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -195,12 +197,17 @@ class _LinearGatheredInput(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, weight = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        grad_x = grad_w = grad_b = None
-        if need_w:
-            total = comm.all_gather(x, 0, TP)  # the gathered input was not kept: gather it again
-            grad_w = grad.reshape(-1, grad.shape[-1]).t().matmul(total.reshape(-1, total.shape[-1]))
-        if need_x:
-            grad_x = comm.reduce_scatter(grad.matmul(weight), 0, TP)
+        grad_x = grad_w = grad_b = partial = total = None
+        with comm.overlapped():
+            if need_w:
+                total = comm.all_gather(x, 0, TP)  # the gathered input was not kept: gather it again
+            if need_x:
+                partial = grad.matmul(weight)
+        with comm.overlapped():
+            if partial is not None:
+                grad_x = comm.reduce_scatter(partial, 0, TP)
+            if total is not None:
+                grad_w = grad.reshape(-1, grad.shape[-1]).t().matmul(total.reshape(-1, total.shape[-1]))
         if need_b and ctx.has_bias:
             grad_b = grad.reshape(-1, grad.shape[-1]).sum(0)
         return grad_x, grad_w, grad_b

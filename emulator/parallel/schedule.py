@@ -30,12 +30,17 @@ class GraphTime:
     """What one execution of a graph costs on a core of its stage."""
 
     compute_seconds: float  # the cost model's time of the graph's ops
-    collective_seconds: float  # its collectives (run by the CC-cores inside the NEFF, not overlapped)
+    collective_seconds: float  # its collectives, each in full (run by the CC-cores inside the NEFF)
     host_seconds: float  # host time before it can start (tracing, launch, input transfer)
+    exposed_seconds: float | None = None  # what of them no op hides (None: all of it)
+
+    @property
+    def exposed(self) -> float:
+        return self.collective_seconds if self.exposed_seconds is None else self.exposed_seconds
 
     @property
     def device_seconds(self) -> float:
-        return self.compute_seconds + self.collective_seconds
+        return self.compute_seconds + self.exposed
 
 
 @dataclass(frozen=True)

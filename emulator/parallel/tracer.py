@@ -142,7 +142,9 @@ class _Capture:
 
 def _call(call: CollectiveCall) -> ProfileCall:
     """A traced collective as the profile's schedule file names it (at its place in the graph)."""
-    return ProfileCall(after_op=max(0, call.after_op), kind=call.kind, bytes=call.nbytes, group=call.group)
+    return ProfileCall(
+        after_op=max(0, call.after_op), kind=call.kind, bytes=call.nbytes, group=call.group, wait_op=call.wait_op
+    )
 
 
 BuildStage = Callable[[], nn.Module]

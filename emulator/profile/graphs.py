@@ -35,15 +35,19 @@ def graph_schedule(
     """The schedule file of a graph: the ops that cost device time, with the cost model's spans,
     FLOPs, HBM bytes read and written and the rule that costed them; ``calls``: its collectives
     at their positions in the captured op list."""
-    if len(ops) != len(cost.ops):
-        raise ValueError(f"{len(ops)} op records for {len(cost.ops)} op costs")
+    if len(ops) != cost.op_count:
+        raise ValueError(f"{len(ops)} op records for {cost.op_count} costed ops")
     rows: dict[str, list] = {k: [] for k in ("name", "engine", "rule", "start", "end", "flops")}
     rows.update({k: [] for k in ("hbm_read", "hbm_write", "shapes", "index")})
     total_read = total_write = 0
-    for i, (op, c, (start, end)) in enumerate(zip(ops, cost.ops, cost.op_spans(), strict=True)):
+    counted: set[int] = set()
+    for part, (c, (start, end)) in enumerate(zip(cost.ops, cost.op_spans(), strict=True)):
         if c.seconds == 0:
             continue
-        read, write = hbm_read_write(op, classify(op), options)
+        i = cost.owner(part)
+        op = ops[i]
+        read, write = hbm_read_write(op, classify(op), options) if i not in counted else (0, 0)
+        counted.add(i)
         total_read, total_write = total_read + read, total_write + write
         for key, value in (
             ("name", c.name),

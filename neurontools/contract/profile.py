@@ -35,6 +35,8 @@ SYSTEM_TRACE = "ntrace.jsonl"
 DEFAULT_OUTPUT_DIR = "./output"
 DEFAULT_MAX_EVENTS_PER_NC = 1_000_000
 ENGINE_TRACKS = ENGINE_KEYS  # an op row's engine: one of the names of contract/names.py
+
+
 class ProfileFormatError(ValueError):
     """A file that is not a profile of this version (truncated, foreign, newer): one line to show."""
 
@@ -171,12 +173,15 @@ class OpTable:
 @dataclass(frozen=True)
 class CollectiveCall:
     """A collective of the graph: after which captured op it runs (``after_op``: the number of
-    captured ops before it), its kind, payload and the group it runs over (``tp``, ``dp``, ...)."""
+    captured ops before it), its kind, payload and the group it runs over (``tp``, ``dp``, ...);
+    ``wait_op``: the captured op that first needs its result (None: the next one) — the ops
+    between run while it does (neurontools/contract/overlap.py)."""
 
     after_op: int
     kind: str
     bytes: int
     group: str = ""
+    wait_op: int | None = None
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,11 @@ timeline` adds the execution's start."""
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from neurontools.contract.overlap import CallSpan, place_calls
 from neurontools.contract.profile import GraphSchedule
 from neurontools.profile.collectives import CallTime
 from neurontools.profile.intervals import binned, union
@@ -30,23 +30,29 @@ def shape_key(graph: GraphSchedule, slow_factor: float, times: list[CallTime]) -
 
 
 class Shifts:
-    """How much later each op runs because of the collectives inserted before it."""
+    """Where each collective of an execution runs and how much later each op runs because of them
+    (:func:`neurontools.contract.overlap.place_calls`; the same for every execution of a shape)."""
 
-    def __init__(self, times: list[CallTime]) -> None:
-        self.order = sorted(times, key=lambda t: (t.call.after_op, t.index))
-        self.after = [t.call.after_op for t in self.order]
-        self.position = {t.index: n for n, t in enumerate(self.order)}  # call index -> place in order
-        self.total = [0.0]
-        for t in self.order:
-            self.total.append(self.total[-1] + t.seconds)
+    def __init__(self, graph: GraphSchedule, slow_factor: float, times: list[CallTime]) -> None:
+        ops = graph.ops
+        order = sorted(times, key=lambda t: (t.call.after_op, t.index))
+        calls = [(t.call.after_op, t.call.wait_op, t.seconds) for t in order]
+        scaled = [s * slow_factor for s in ops.start], [e * slow_factor for e in ops.end]
+        self.placement = place_calls(ops.index, *scaled, calls)
+        self.spans = {t.index: span for t, span in zip(order, self.placement.spans, strict=True)}
 
     def of_op(self, index: int) -> float:
-        """Seconds of every collective placed before captured op ``index``."""
-        return self.total[bisect.bisect_right(self.after, index)]
+        """Seconds captured op ``index`` runs later than without collectives."""
+        return self.placement.shift(index)
 
-    def before_call(self, time: CallTime) -> float:
-        """Seconds of the collectives that run before this one."""
-        return self.total[self.position[time.index]]
+    def call_span(self, time: CallTime) -> CallSpan:
+        """Where the call runs, after the execution's start."""
+        return self.spans[time.index]
+
+    @property
+    def exposed(self) -> float:
+        """Seconds the collectives add to the execution."""
+        return self.placement.exposed
 
 
 @dataclass
@@ -61,11 +67,13 @@ class Shape:
     seconds: tuple[float, ...]  # each op's busy seconds: (op.end - op.start) * slow factor
     rows: tuple[str, ...]  # each op's row (its engine's; the DMA queue for DMA)
     lanes: tuple[int, ...]
+    shifts: Shifts
     _shares: dict[float, list[float]] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, graph: GraphSchedule, slow_factor: float, shifts: Shifts) -> Shape:
+    def of(cls, graph: GraphSchedule, slow_factor: float, times: list[CallTime]) -> Shape:
         ops, sf = graph.ops, slow_factor
+        shifts = Shifts(graph, slow_factor, times)
         segments: list[tuple[float, int, int]] = []
         for k in range(len(ops)):
             shift = shifts.of_op(ops.index[k])
@@ -85,6 +93,7 @@ class Shape:
             seconds=tuple((e - s) * sf for s, e in zip(ops.start, ops.end, strict=True)),
             rows=rows,
             lanes=tuple(lanes_of(rows, rel_start, rel_end)),
+            shifts=shifts,
         )
 
     def __len__(self) -> int:
@@ -118,18 +127,6 @@ class Shape:
             if engine is not None:
                 out[engine] = out.get(engine, 0.0) + seconds
         return out
-
-    def call_base(self, after_op: int) -> float:
-        """Where a collective placed after captured op ``after_op`` starts, before the shift of
-        the collectives ahead of it: op starts never decrease along the schedule's chain, so the
-        first op captured after the call is the earliest of those it delays."""
-        first = bisect.bisect_left(self.graph.ops.index, after_op)
-        return self.scaled_start[first] if first < len(self) else self.scaled_stop
-
-    @cached_property
-    def scaled_stop(self) -> float:
-        """The end of the graph's last op, times the slow factor."""
-        return max(self.graph.ops.end, default=0.0) * self.slow_factor
 
     def op_count(self, engine: str) -> int:
         return sum(1 for row in self.rows if row_engine(row) == engine)

@@ -5,9 +5,10 @@ For each profiled execution of a graph on a core:
 * every op row of the graph's schedule goes on its engine's track (the DMA engine's on the DMA
   queue ``qSyncIO0``) at ``execution.start + op.start * slow_factor`` to
   ``execution.start + op.end * slow_factor``;
-* each collective call is inserted at its position: the ops captured after it (``OpTable.index >=
-  CollectiveCall.after_op``) move later by its seconds (:mod:`neurontools.profile.collectives`),
-  and it runs on the ``CC-core`` track from where the first of those ops would have started;
+* each collective call runs on the ``CC-core`` track from its place in the op chain
+  (``CollectiveCall.after_op``), one at a time; the ops from the one that first needs its result
+  (``wait_op``, else the next) on move later by what of it no op in between hides
+  (:mod:`neurontools.contract.overlap`; its seconds: :mod:`neurontools.profile.collectives`);
 * when ``device_seconds`` outlasts the last slice, HBM traffic bound the graph: the rest is a
   slice on the ``HBM`` track;
 * the modelled host time before the execution is a slice on the core's ``host`` track.
@@ -30,7 +31,7 @@ from neurontools.contract.profile import GraphSchedule, ProfiledExecution
 from neurontools.profile.collectives import CallTime, call_times
 from neurontools.profile.lanes import NEST_EPSILON
 from neurontools.profile.load import Capture, DeviceProfile, ProcessCapture
-from neurontools.profile.shape import Shape, ShapeKey, Shifts, shape_key
+from neurontools.profile.shape import Shape, ShapeKey, shape_key
 from neurontools.profile.tracks import (
     CC_TRACK,
     COLLECTIVE,
@@ -183,17 +184,16 @@ def lay_out(
     ref = ExecRef(pid, core, graph.hash, ex.step, ex.number)
     ran = ex.device_seconds > 0
     times = call_times(graph, profile.header, ex) if ran else []
-    shifts = Shifts(times)
     key = shape_key(graph, ex.slow_factor, times)
     shapes = {} if shapes is None else shapes
     if key not in shapes:
-        shapes[key] = Shape.of(graph, ex.slow_factor, shifts)
+        shapes[key] = Shape.of(graph, ex.slow_factor, times)
     shape = shapes[key]
-    calls = [(t, _call_slice(t, shape, ex, ref, shifts)) for t in times]
+    calls = [(t, _call_slice(t, shape, ex, ref)) for t in times]
     others = [s for _, s in calls]
     last = max([ex.start + shape.extent[1] if ran and len(shape) else ex.start, *(s.end for s in others)])
     if ran and ex.start + ex.device_seconds > last + TAIL_EPSILON:
-        others.append(_tail(graph, ex, ref, last, sum(t.seconds for t in times)))
+        others.append(_tail(graph, ex, ref, last, shape.shifts.exposed))
     if ex.host_seconds > 0:
         host = TrackId(pid, core, HOST_TRACK)
         args = {"graph": graph.name, "step": ex.step, "outcome": ex.outcome}
@@ -214,8 +214,8 @@ def _tail(graph: GraphSchedule, ex: ProfiledExecution, ref: ExecRef, last: float
     return Slice(TrackId(ref.pid, ref.core, HBM_TRACK), name, last, end, HBM_TAIL, args, ref)
 
 
-def _call_slice(t: CallTime, shape: Shape, ex: ProfiledExecution, ref: ExecRef, shifts: Shifts) -> Slice:
-    start = ex.start + shape.call_base(t.call.after_op) + shifts.before_call(t)
+def _call_slice(t: CallTime, shape: Shape, ex: ProfiledExecution, ref: ExecRef) -> Slice:
+    start = ex.start + shape.shifts.call_span(t).start
     p = t.placement
     args = {
         "kind": t.call.kind,

@@ -409,6 +409,8 @@ def cli_argv(tmp: str) -> dict[str, st.SearchStrategy[list[str]]]:
         "--zero1": None,
         "--recompute": st.sampled_from(("full", "selective", "none", "bogus")),
         "--no-recompute": None,
+        "--recompute-mlp": st.sampled_from(("none", "activation", "module", "bogus")),
+        "--sdk": st.sampled_from(("2.18", "2.3.0", "1.0", "latest")),
         "--flash-attention": None,
         "--no-master-weights": None,
         "--auto-cast": st.sampled_from(("all", "none", "bogus")),

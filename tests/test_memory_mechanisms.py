@@ -20,6 +20,7 @@ from emulator.workloads.models.recipes import RECIPES
 from emulator.workloads.models.zoo import MODELS
 
 TRN1_2 = get_instance_type("trn1.2xlarge")
+TRN1_32 = get_instance_type("trn1.32xlarge")
 SEQ, BATCH = 197, 8  # ViT-B/16's tokens (196 patches + the class token), images per micro-batch
 HEADS, LAYERS = 12, 12
 
@@ -60,6 +61,28 @@ def test_selective_recomputation_recomputes_only_the_attention_core() -> None:
     assert flops[2] - flops[0] > 3 * (flops[1] - flops[0])  # full: the projections and MLP too
 
 
+def test_selective_recomputation_of_the_mlp_activation_or_module() -> None:
+    core, act, mlp = (plan(recompute="selective", recompute_mlp=m) for m in ("none", "activation", "module"))
+    kept = [p.stages[0].program.memory.activations for p in (core, act, mlp)]
+    assert kept[0] == kept[1] > kept[2]  # GELU's backward needs its input, kept either way
+    gelus = [_ops(p, "micro_step").count("gelu") for p in (core, act, mlp)]
+    assert gelus == [LAYERS, 2 * LAYERS, 2 * LAYERS]  # the activation runs again in backward
+    flops = [p.stages[0].program.graphs["micro_step"].flops for p in (core, act, mlp)]
+    mlp_forward = LAYERS * 2 * (2 * BATCH * SEQ * 768 * 3072)  # up and down of every layer (ViT-B)
+    assert flops[1] == flops[0] and flops[2] - flops[0] == pytest.approx(mlp_forward, rel=0.01)
+    assert plan(recompute="full", recompute_mlp="module").stages[0].program.graphs["micro_step"].flops == (
+        plan(recompute="full").stages[0].program.graphs["micro_step"].flops
+    )  # full recomputes the MLP once, as part of the layer
+    # SwiGLU: the checkpoint keeps gate and up (its inputs), not silu(gate): one [s, ffn/tp] less per layer
+    swiglu = [
+        plan_request(JobRequest("llama2-7b", dp=4, global_batch=4, recompute_mlp=m), TRN1_32, env={})
+        for m in ("none", "activation")
+    ]
+    spec = MODELS["llama2-7b"]
+    saved = swiglu[0].stages[0].program.memory.activations - swiglu[1].stages[0].program.memory.activations
+    assert saved == spec.layers * 4096 * (spec.ffn // 8) * 2  # bf16
+
+
 @pytest.mark.parametrize("zero1", [False, True])
 def test_mixed_precision_holds_fp32_master_weights_moments_and_gradients(zero1: bool) -> None:
     bf16, master = plan(zero1=zero1), plan(zero1=zero1, master_weights=True)
@@ -81,7 +104,6 @@ def test_mixed_precision_holds_fp32_master_weights_moments_and_gradients(zero1: 
 
 
 # --- the published recipes (emulator/workloads/models/recipes.py) ----------------------------------
-TRN1_32 = get_instance_type("trn1.32xlarge")
 
 
 @cache

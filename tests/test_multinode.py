@@ -303,8 +303,8 @@ def test_llama2_7b_tp8_trains_on_all_128_cores_of_four_trn1_32xlarge() -> None:
         assert code == 0, err
         assert "TP8xPP1xDP16" in out and "128 ranks on NeuronCores nc0-nc31 on each of 4 nodes" in out
         assert (
-            "ZeRO-1, selective recomputation, sequence parallelism, flash attention, FP32 master weights on as "
-            "in the published recipe (neuronx-distributed tp_zero1_llama_hf_pretrain)" in out
+            "ZeRO-1, selective recomputation, MLP activation recomputation, sequence parallelism, flash attention, "
+            "FP32 master weights on as in the published recipe (neuronx-distributed tp_zero1_llama_hf_pretrain)" in out
         )
         for node in range(4):
             m = metrics(cluster.nodes[node])

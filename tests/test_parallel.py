@@ -251,12 +251,21 @@ def test_a_models_published_recipe_sets_what_the_request_leaves_open() -> None:
     # neuronx-distributed's tp_zero1_llama recipe (emulator/workloads/models/recipes.py)
     assert config.zero1 and config.sequence_parallel and config.flash_attention and config.master_weights
     assert config.recompute == "selective"
-    assert recipe_defaults(open_) == ["zero1", "recompute", "sequence_parallel", "flash_attention", "master_weights"]
+    assert config.recompute_mlp == "activation"  # modeling_llama_nxd.py's activation_mlp checkpoint
+    assert recipe_defaults(open_) == [
+        "zero1",
+        "recompute",
+        "recompute_mlp",
+        "sequence_parallel",
+        "flash_attention",
+        "master_weights",
+    ]
     off = JobRequest(
         "llama2-7b", tp=8, nodes=4, zero1=False, sequence_parallel=False, recompute="none", flash_attention=False
     )
     config, _ = resolve(off, TRN1_32)
     assert not config.zero1 and not config.sequence_parallel and config.recompute == "none"
+    assert config.recompute_mlp == "none"  # --no-recompute keeps every activation
     assert recipe_defaults(off) == ["master_weights"]
     config, _ = resolve(JobRequest("llama2-7b", tp=1), TRN1_32)  # no TP: no sequence parallelism to turn on
     assert config.zero1 and not config.sequence_parallel

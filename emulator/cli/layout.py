@@ -37,6 +37,12 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--no-recompute", dest="recompute", action="store_const", const="none", help="keep every activation")
     g.add_argument(
+        "--recompute-mlp",
+        metavar="WHAT",
+        help="what of the MLP is recomputed too (unless --recompute full): none, activation (its activation "
+        "function) or module (all of it); default: as the model's published recipe",
+    )
+    g.add_argument(
         "--sequence-parallel",
         action=argparse.BooleanOptionalAction,
         help="Megatron sequence parallelism (needs --tp; default: as the model's published recipe)",
@@ -127,7 +133,7 @@ def request_from_args(args: argparse.Namespace, model: str, *, published_scale: 
     global batch included (``bench``), else one node (``run``)."""
     from emulator.parallel.runner import JobRequest
     from emulator.workloads import DTYPES
-    from emulator.workloads.models.recipes import RECOMPUTE
+    from emulator.workloads.models.recipes import RECOMPUTE, RECOMPUTE_MLP
 
     micro = _int("--micro-batch", getattr(args, "micro_batch", None), None)
     legacy = _int("--batch-size", getattr(args, "batch_size", None), None)
@@ -135,6 +141,8 @@ def request_from_args(args: argparse.Namespace, model: str, *, published_scale: 
         raise ArgumentError("--micro-batch and --batch-size disagree (they are the same setting)")
     dtype = choice("--dtype", getattr(args, "dtype", None) or "bf16", DTYPES) or "bf16"
     recompute = choice("--recompute", args.recompute, RECOMPUTE) if args.recompute is not None else None
+    mlp = getattr(args, "recompute_mlp", None)
+    recompute_mlp = choice("--recompute-mlp", mlp, RECOMPUTE_MLP) if mlp is not None else None
     return JobRequest(
         model=model,
         tp=_int("--tp", args.tp, None),
@@ -146,6 +154,7 @@ def request_from_args(args: argparse.Namespace, model: str, *, published_scale: 
         nodes=_int("--nodes", getattr(args, "nodes", None), None),
         zero1=args.zero1,
         recompute=recompute,
+        recompute_mlp=recompute_mlp,
         sequence_parallel=args.sequence_parallel,
         flash_attention=args.flash_attention,
         master_weights=args.master_weights,
@@ -172,6 +181,7 @@ def forwarded_flags(args: argparse.Namespace) -> list[str]:
         "schedule",
         "nodes",
         "sdk",
+        "recompute_mlp",
     ):
         value = getattr(args, flag, None)
         if value is not None:

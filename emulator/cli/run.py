@@ -230,10 +230,13 @@ def _print_notes(plan: JobPlan, recipe: list[str], per_process: int) -> None:
             "zero1": "ZeRO-1",
             "sequence_parallel": "sequence parallelism",
             "recompute": f"{plan.config.recompute} recomputation",
+            "recompute_mlp": f"MLP {plan.config.recompute_mlp} recomputation",
             "flash_attention": "flash attention",
             "master_weights": "FP32 master weights",
         }
-        offs = " / ".join("--no-" + r.replace("_", "-") for r in recipe)
+        offs = " / ".join(
+            "--recompute-mlp none" if r == "recompute_mlp" else "--no-" + r.replace("_", "-") for r in recipe
+        )
         print(
             f"  {', '.join(names[r] for r in recipe)} on as in the published recipe "
             f"({RECIPES[plan.model].label}); {offs} to turn off",

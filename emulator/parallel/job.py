@@ -328,8 +328,8 @@ def retimed(plan: JobPlan, *, compute_scale: float = 1.0, host_per_op: float | N
         for name, t in cost.times.items():
             graph = cost.program.graphs[name]
             h = t.host_seconds if host_per_op is None else host.host_seconds(graph, host_per_op)
-            hidden = exposed(graph, cost.collectives[name], compute_scale)
-            times[name] = GraphTime(t.compute_seconds * compute_scale, t.collective_seconds, h, hidden)
+            left = exposed(graph, cost.collectives[name], compute_scale)
+            times[name] = GraphTime(t.compute_seconds * compute_scale, t.collective_seconds, h, left)
         stages[s] = StageCost(cost.program, times, cost.collectives)
     send = _send_costs(plan.config, plan.instance, {s: c.program for s, c in plan.stages.items()}, plan.places)
     timeline, first = _timelines(plan.config, stages, send)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from emulator.parallel.ranks import RankGrid
-from emulator.workloads.models.recipes import RECOMPUTE
+from emulator.workloads.models.recipes import RECOMPUTE, RECOMPUTE_MLP
 
 SCHEDULES = ("1f1b", "gpipe")
 
@@ -34,6 +34,7 @@ class ParallelConfig:
     nodes: int = 1
     zero1: bool = False
     recompute: str = "none"  # "none", "selective" (the attention core) or "full" (every layer)
+    recompute_mlp: str = "none"  # "none", "activation" or "module": what of the MLP is recomputed too
     sequence_parallel: bool = False
     schedule: str = "1f1b"
     flash_attention: bool = False
@@ -64,6 +65,7 @@ class ParallelConfig:
             for name, on in (
                 ("ZeRO-1", self.zero1),
                 (f"{self.recompute} recompute", self.recompute != "none"),
+                (f"MLP {self.recompute_mlp} recompute", self.recompute_mlp != "none" and self.recompute != "full"),
                 ("SP", self.sequence_parallel),
                 ("flash attention", self.flash_attention),
                 ("FP32 master weights", self.master_weights),
@@ -89,6 +91,7 @@ def make_config(
     nodes: int = 1,
     zero1: bool = False,
     recompute: str = "none",
+    recompute_mlp: str = "none",
     sequence_parallel: bool = False,
     schedule: str = "1f1b",
     flash_attention: bool = False,
@@ -103,6 +106,8 @@ def make_config(
         raise ConfigError(f"--schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
     if recompute not in RECOMPUTE:
         raise ConfigError(f"--recompute {recompute!r}: expected one of {', '.join(RECOMPUTE)}")
+    if recompute_mlp not in RECOMPUTE_MLP:
+        raise ConfigError(f"--recompute-mlp {recompute_mlp!r}: expected one of {', '.join(RECOMPUTE_MLP)}")
     dp = _fit_cores(cores_per_node, nodes, tp, pp, dp)
     if global_batch is None:
         global_batch = micro_batch * dp
@@ -125,6 +130,7 @@ def make_config(
         nodes=nodes,
         zero1=zero1,
         recompute=recompute,
+        recompute_mlp=recompute_mlp,
         sequence_parallel=sequence_parallel,
         schedule=schedule,
         flash_attention=flash_attention,

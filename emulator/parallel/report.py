@@ -107,7 +107,12 @@ def summary_lines(plan: JobPlan, steps: int, measured_step: float | None = None)
         )
     comm = _collective_seconds(plan)
     if comm:
-        row("collectives", ", ".join(f"{k} {format_seconds(v)}/step" for k, v in comm.items()))
+        exposed = plan.collective_share(0) * plan.step_seconds
+        row(
+            "collectives",
+            ", ".join(f"{k} {format_seconds(v)}/step" for k, v in comm.items())
+            + f"; {format_seconds(exposed)}/step not hidden by compute",
+        )
     return lines
 
 

@@ -41,6 +41,7 @@ class JobRequest:
     nodes: int | None = None
     zero1: bool | None = None
     recompute: str | None = None  # "none", "selective", "full"
+    recompute_mlp: str | None = None  # "none", "activation", "module"
     sequence_parallel: bool | None = None
     flash_attention: bool | None = None
     master_weights: bool | None = None
@@ -134,6 +135,8 @@ def recipe_settings(request: JobRequest, spec: ModelSpec, env: Mapping[str, str]
         out[name] = asked if asked is not None else published.get(name, off)
     if request.sequence_parallel is None and _tp(request, recipe) == 1:
         out["sequence_parallel"] = False
+    if request.recompute_mlp is None and request.recompute not in (None, "selective"):
+        out["recompute_mlp"] = "none"  # --no-recompute keeps every activation; full recomputes the MLP anyway
     sdk = release(request, env)
     for name, feature in (*_FEATURES.items(), ("recompute", "selective_recompute")):
         wanted = out[name] == "selective" if name == "recompute" else bool(out[name])
@@ -197,7 +200,11 @@ def plan_request(
     def stage_builder(state: ParallelState) -> tuple[Callable[[], Any], Callable[[Any], Any], int]:
         def build() -> Any:
             return build_stage(
-                spec, seq_len=config.seq_len, recompute=config.recompute, flash_attention=config.flash_attention
+                spec,
+                seq_len=config.seq_len,
+                recompute=config.recompute,
+                recompute_mlp=config.recompute_mlp,
+                flash_attention=config.flash_attention,
             )
 
         def inputs(module: Any) -> Any:

@@ -24,13 +24,15 @@ def build_stage(
     *,
     seq_len: int,
     recompute: str = "none",
+    recompute_mlp: str = "none",
     flash_attention: bool = False,
     device: str | torch.device = "meta",
 ) -> StageModule:
     """This rank's pipeline stage of ``spec`` (tp, pp, pp_rank, sequence_parallel from
     :func:`emulator.parallel.comm.state`), built on ``device`` — ``meta`` for model-scale work:
     no memory and no initialisation whatever the size. ``recompute``: ``full`` checkpoints every
-    transformer layer (its forward runs again in backward), ``selective`` only each attention core;
+    transformer layer (its forward runs again in backward), ``selective`` only each attention core
+    (``recompute_mlp``: and the MLP's activation, or the whole MLP);
     ``flash_attention``: the attention core as one fused kernel each way."""
     state = comm.state()
     validate(spec, state.tp, state.pp, seq_len, sequence_parallel=state.sequence_parallel)
@@ -43,6 +45,7 @@ def build_stage(
             spec,
             seq_len=seq_len,
             recompute=recompute,
+            recompute_mlp=recompute_mlp,
             flash_attention=flash_attention,
             vocab=padded_vocab(spec, state.tp),
             parameters_total=count_parameters(spec, state.tp),

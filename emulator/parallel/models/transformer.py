@@ -11,6 +11,9 @@ Activation recomputation (``recompute``, docs/parallel.md §Memory): ``full`` ch
 layer (its whole forward runs again in backward: Megatron's and NeMo's ``full``/``uniform``),
 ``selective`` only the attention core between the QKV projection and the output projection
 (Megatron's ``selective``: what is cheap to recompute and holds the sequence x sequence scores).
+``recompute_mlp`` recomputes part of the MLP too: ``activation`` its activation function (NxD's
+Llama ``activation_mlp`` checkpoint), ``module`` the whole MLP (NxD/NxDT's ``LlamaMLP`` among the
+checkpointed modules); with ``full`` the whole layer is recomputed anyway.
 
 Tensor-parallel layout of a layer (see ``docs/models.md``): QKV column-parallel (split by heads;
 GQA key/value heads split over tp, or replicated to one per rank when ``tp > kv_heads``, as NxD's
@@ -46,7 +49,7 @@ from emulator.parallel.mappings import (
 )
 from emulator.parallel.models.attention import Attention, RotaryEmbedding, dropout
 from emulator.parallel.partition import mark_sequence_parallel, set_tensor_model_parallel_attributes
-from emulator.workloads.models.recipes import RECOMPUTE
+from emulator.workloads.models.recipes import RECOMPUTE, RECOMPUTE_MLP
 from emulator.workloads.models.zoo import ModelSpec
 
 IGNORE_INDEX = -100  # MLM label of the positions that are not predicted (HF convention)
@@ -110,10 +113,14 @@ def make_norm(spec: ModelSpec) -> nn.Module:
 
 
 class MLP(nn.Module):
-    """GELU MLP (up, down) or SwiGLU (gate and up fused in one column-parallel layer, down)."""
+    """GELU MLP (up, down) or SwiGLU (gate and up fused in one column-parallel layer, down);
+    ``recompute``: what of it runs again in backward (module docstring)."""
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, recompute: str = "none") -> None:
         super().__init__()
+        if recompute not in RECOMPUTE_MLP:
+            raise ValueError(f"recompute_mlp {recompute!r}: expected one of {', '.join(RECOMPUTE_MLP)}")
+        self.recompute = recompute
         self.gated = spec.activation == "swiglu"
         up = 2 * spec.ffn if self.gated else spec.ffn
         if spec.ffn % tp_size():
@@ -122,23 +129,36 @@ class MLP(nn.Module):
         self.down = RowParallelLinear(spec.ffn, spec.hidden, bias=spec.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        again = torch.is_grad_enabled() and self.recompute
+        if again == "module":  # the input through the closure, as StageModule.forward does (see there)
+            return checkpoint(functools.partial(self._forward, x, False), use_reentrant=False, early_stop=False)
+        return self._forward(x, again == "activation")
+
+    def _forward(self, x: torch.Tensor, recompute_activation: bool) -> torch.Tensor:
         h = self.up(x)
+        if recompute_activation:
+            h = checkpoint(functools.partial(self.activation, h), use_reentrant=False, early_stop=False)
+        else:
+            h = self.activation(h)
+        return self.down(h)
+
+    def activation(self, h: torch.Tensor) -> torch.Tensor:
         if self.gated:
             gate, up = h.chunk(2, dim=-1)
-            h = F.silu(gate) * up
-        else:
-            h = F.gelu(h)
-        return self.down(h)
+            return F.silu(gate) * up
+        return F.gelu(h)
 
 
 class TransformerLayer(nn.Module):
-    def __init__(self, spec: ModelSpec, *, flash: bool = False, recompute: str = "none") -> None:
+    def __init__(
+        self, spec: ModelSpec, *, flash: bool = False, recompute: str = "none", recompute_mlp: str = "none"
+    ) -> None:
         super().__init__()
         self.post_norm = spec.post_norm
         self.norm1 = make_norm(spec)
         self.attention = Attention(spec, flash=flash, recompute=recompute)
         self.norm2 = make_norm(spec)
-        self.mlp = MLP(spec)
+        self.mlp = MLP(spec, "none" if recompute == "full" else recompute_mlp)
         self.dropout = spec.hidden_dropout
 
     def forward(
@@ -305,6 +325,7 @@ class StageModule(nn.Module):
         *,
         seq_len: int,
         recompute: str = "none",
+        recompute_mlp: str = "none",
         flash_attention: bool = False,
         vocab: int,
         parameters_total: int,
@@ -329,7 +350,10 @@ class StageModule(nn.Module):
         if self.first:
             self.embedding = PatchEmbedding(spec) if spec.family == "vit" else TokenEmbedding(spec, vocab)
         self.layers = nn.ModuleDict(
-            {str(i): TransformerLayer(spec, flash=flash_attention, recompute=recompute) for i in self.layer_range}
+            {
+                str(i): TransformerLayer(spec, flash=flash_attention, recompute=recompute, recompute_mlp=recompute_mlp)
+                for i in self.layer_range
+            }
         )
         self.rotary = (
             RotaryEmbedding(spec.hidden // spec.heads, spec.rope_theta, spec.rope_scaling)

@@ -8,10 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 RECOMPUTE = ("none", "selective", "full")  # activation recomputation (NeMo's activations_checkpoint_granularity)
+# what of the MLP selective recomputation recomputes too: nothing, its activation (NxD's
+# modeling_llama_nxd.py activation_mlp) or the whole module (NxD/NxDT LlamaMLP in the checkpointed modules)
+RECOMPUTE_MLP = ("none", "activation", "module")
 # the memory and kernel switches, by their JobRequest / ParallelConfig names, each off
 SWITCHES_OFF: dict[str, object] = {
     "zero1": False,
     "recompute": "none",
+    "recompute_mlp": "none",
     "sequence_parallel": False,
     "flash_attention": False,
     "master_weights": False,
@@ -37,6 +41,7 @@ class Recipe:
     sdk: str  # the Neuron SDK release the configuration belongs to
     label: str  # the configuration, briefly: "neuronx-distributed tp_zero1_llama_hf_pretrain"
     source: str  # every file each setting comes from
+    recompute_mlp: str = "none"  # one of RECOMPUTE_MLP (with selective recomputation)
 
     @property
     def dp(self) -> int:
@@ -171,8 +176,10 @@ RECIPES: dict[str, Recipe] = {
             f"{_NXD}/tp_zero1_llama_hf_pretrain/tp_zero1_llama2_7B_hf_pretrain.sh (TP 8, GBS 1024, MBS 1, SEQ_LEN "
             "4096, --selective_checkpoint_enabled, --sequence_parallel_enabled, USE_ZERO_1=1, USE_MIX_PRECISION=1) "
             "and tp_zero1_llama_hf_pretrain.py (--use_flash_attention 1 by default; "
-            f"{_NXD_PRECISION}); 16 nodes as the published row"
+            f"{_NXD_PRECISION}); 16 nodes as the published row; "
+            "modeling_llama_nxd.py's selective_checkpoint_enabled also checkpoints the MLP activation (activation_mlp)"
         ),
+        recompute_mlp="activation",
     ),
     "llama2-13b": Recipe(
         nodes=32,
@@ -191,8 +198,10 @@ RECIPES: dict[str, Recipe] = {
         source=(
             f"{_NXD}/tp_pp_llama_hf_pretrain/run_llama2_13B_tp_pp.sh (TP 8, PP 4, GBS 1024, SEQ_LEN 4096, "
             "--use_selective_checkpoint 1, --use_zero1_optimizer 1; 32 nodes: the SDK tutorial's sbatch) and "
-            f"run_llama_nxd.py (sequence parallel by default, flash attention off by default; {_NXD_PRECISION})"
+            f"run_llama_nxd.py (sequence parallel by default, flash attention off by default; {_NXD_PRECISION}); "
+            "modeling_llama_nxd.py's selective_checkpoint_enabled also checkpoints the MLP activation (activation_mlp)"
         ),
+        recompute_mlp="activation",
     ),
     "llama2-70b": Recipe(
         nodes=32,
@@ -211,8 +220,10 @@ RECIPES: dict[str, Recipe] = {
         source=(
             f"{_NXD}/tp_pp_llama_hf_pretrain/run_llama2_70B_tp_pp.sh (TP 32, kv_replicator 4, GBS 1024, SEQ_LEN "
             "4096, selective checkpointing, ZeRO-1; its PP is 8) and run_llama_nxd.py (sequence parallel on, flash "
-            f"attention off by default; {_NXD_PRECISION}); 32 nodes with PP 4 as the published row"
+            f"attention off by default; {_NXD_PRECISION}); 32 nodes with PP 4 as the published row; "
+            "modeling_llama_nxd.py's selective_checkpoint_enabled also checkpoints the MLP activation (activation_mlp)"
         ),
+        recompute_mlp="activation",
     ),
     "llama3.1-8b": Recipe(
         nodes=32,
@@ -233,6 +244,7 @@ RECIPES: dict[str, Recipe] = {
             "kv_replicator 4, micro-batch 1, global batch 1024, seq 8192, selective [CoreAttention, LlamaMLP], "
             "fusions.flash_attention True, precision mixed_precision); the NxD tutorial runs it on 4 nodes"
         ),
+        recompute_mlp="module",
     ),
     "llama3.1-70b": Recipe(
         nodes=32,
@@ -253,5 +265,6 @@ RECIPES: dict[str, Recipe] = {
             "kv_replicator 4, micro-batch 1, global batch 1024, seq 8192, selective [CoreAttention, LlamaMLP], "
             f"flash_attention True, mixed_precision); {_NXD}/tp_pp_llama_hf_pretrain/run_llama3_70B_tp_pp.sh alike"
         ),
+        recompute_mlp="module",
     ),
 }

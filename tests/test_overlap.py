@@ -5,9 +5,12 @@ and the plan and profile that apply it."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from emulator.hardware import get_instance_type
+from emulator.parallel import comm
 from emulator.parallel.job import JobPlan
+from emulator.parallel.ranks import ParallelState, RankGrid
 from emulator.parallel.runner import JobRequest, plan_request
 from neurontools.contract.overlap import place_calls
 
@@ -70,3 +73,26 @@ def test_sequence_parallel_backward_overlaps_its_gathers_and_scatters(sp_plan: J
     t = sp_plan.stages[0].times["micro_step"]
     assert 0 < t.exposed < t.collective_seconds
     assert t.device_seconds == pytest.approx(t.compute_seconds + t.exposed)
+
+
+def test_the_recording_communicator_notes_where_an_overlapped_result_is_needed() -> None:
+    captured = [0]  # ops captured so far in the graph
+    rec = comm.RecordingCommunicator(ParallelState(RankGrid(tp=2)), position=lambda: captured[0])
+    x = torch.empty(4, 8, device="meta")
+    comm.set_communicator(rec)
+    try:
+        captured[0] = 3
+        comm.all_gather(x, 0, "tp")  # waited for at once
+        with comm.overlapped():
+            comm.all_gather(x, 0, "tp")
+            captured[0] = 5  # two ops run while it does
+        graph = rec.take()
+        with comm.overlapped():
+            comm.reduce_scatter(x, 0, "tp")
+            cut = rec.take()  # the graph is cut inside the block: its call stays waited for at once
+    finally:
+        comm.set_communicator(None)
+    assert [(c.after_op, c.wait_op) for c in graph] == [(3, None), (3, 5)]
+    assert [(c.after_op, c.wait_op) for c in cut] == [(5, None)]
+    with comm.overlapped():  # no communicator: nothing to note
+        assert comm.all_gather(x, 0, "tp") is x

@@ -68,12 +68,14 @@ class RecordingCommunicator:
     position: Callable[[], int] = lambda: -1  # ops captured so far in the current graph
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    _open: list[list[int]] = field(default_factory=list, repr=False)  # calls of each open overlapped() block
+    # the calls of each open overlapped() block, as (graph number, index in that graph's calls)
+    _open: list[list[tuple[int, int]]] = field(default_factory=list, repr=False)
+    _graph: int = field(default=0, repr=False)  # graphs taken so far
 
     def collective(self, kind: str, group: str, tensor: torch.Tensor, nbytes: int) -> None:
         with self._lock:  # backward runs on autograd's thread
             if self._open:
-                self._open[-1].append(len(self.calls))
+                self._open[-1].append((self._graph, len(self.calls)))
             self.calls.append(CollectiveCall(kind, group, nbytes, self.position()))
 
     def begin_overlap(self) -> None:
@@ -81,11 +83,12 @@ class RecordingCommunicator:
             self._open.append([])
 
     def end_overlap(self) -> None:
-        """The calls of the innermost block are first needed here, after the ops captured in it."""
+        """The calls of the innermost block are first needed here, after the ops captured in it (a
+        call whose graph was cut inside the block stays waited for at once: the conservative case)."""
         with self._lock:
             here = self.position()
-            for i in self._open.pop():
-                if i < len(self.calls):  # not taken by a graph cut inside the block
+            for graph, i in self._open.pop():
+                if graph == self._graph:
                     self.calls[i] = dataclasses.replace(self.calls[i], wait_op=here)
 
     def all_reduce(self, t: torch.Tensor, group: str, op: str) -> torch.Tensor:
@@ -111,6 +114,7 @@ class RecordingCommunicator:
     def take(self) -> list[CollectiveCall]:
         with self._lock:
             calls, self.calls = self.calls, []
+            self._graph += 1
         return calls
 
 

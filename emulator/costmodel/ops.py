@@ -237,7 +237,7 @@ def attention_work(op: OpRecord, options: CostOptions, core: NeuronCoreV2Spec) -
     rate = core.tensor.peak(matmul_rate_dtype(q.dtype, options)).base
     tile = int(core.on_chip.sbuf_partitions.value)
     full = sum(2 * b * m * kk * n for b, m, kk, n in gemms)
-    share = min(1.0, op.flops / full) if op.flops and _COUNTS_TILES.get(normalize_op_name(op.name)) else 1.0
+    share = min(1.0, op.flops / full) if op.flops and normalize_op_name(op.name) in _COUNTS_TILES else 1.0
     tensor_s = sum(_gemm_seconds(dims, rate, core)[0] for dims in [*gemms, (batch, length, tile, s)]) * share
     scores = round(batch * length * s * share)
     vector_passes, scalar_passes = _ATTENTION_PASSES[backward]
@@ -251,10 +251,9 @@ def attention_work(op: OpRecord, options: CostOptions, core: NeuronCoreV2Spec) -
 
 
 # ops whose recorded FLOPs count only the tiles the kernel computes (emulator/capture/attention_flops.py)
-_COUNTS_TILES = {
-    "_scaled_dot_product_flash_attention_for_cpu": True,
-    "_scaled_dot_product_flash_attention_for_cpu_backward": True,
-}
+_COUNTS_TILES = frozenset(
+    {"_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward"}
+)
 
 
 def psum_evacuation_seconds(elements: int, core: NeuronCoreV2Spec = NEURONCORE_V2) -> float:

@@ -129,10 +129,10 @@ class MLP(nn.Module):
         self.down = RowParallelLinear(spec.ffn, spec.hidden, bias=spec.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        again = torch.is_grad_enabled() and self.recompute
-        if again == "module":  # the input through the closure, as StageModule.forward does (see there)
+        mode = self.recompute if torch.is_grad_enabled() else "none"
+        if mode == "module":  # the input through the closure, as StageModule.forward does (see there)
             return checkpoint(functools.partial(self._forward, x, False), use_reentrant=False, early_stop=False)
-        return self._forward(x, again == "activation")
+        return self._forward(x, mode == "activation")
 
     def _forward(self, x: torch.Tensor, recompute_activation: bool) -> torch.Tensor:
         h = self.up(x)

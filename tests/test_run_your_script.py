@@ -227,6 +227,21 @@ def test_tensor_parallel_model_computes_what_the_unsharded_one_does(daemon) -> N
     assert runs[2]["last_loss"] == pytest.approx(runs[1]["last_loss"], rel=1e-3)
 
 
+def test_zero1_trains_as_plain_data_parallelism_with_half_the_optimizer_state(daemon) -> None:
+    runs = {}
+    for zero1 in ("1", "0"):
+        done = exec_run(daemon, torchrun("zero1_mlp_torchrun.py", "--zero1", zero1, "--steps", "4"))
+        assert done.returncode == 0, done.stderr[-3000:]
+        ranks = re.findall(r"rank (\d) weights (-?\d+\.\d+) optimizer-state elements (\d+)", done.stdout)
+        assert len(ranks) == 2, done.stdout[-2000:]
+        runs[zero1] = (losses(done.stdout), [float(w) for _, w, _ in ranks], [int(n) for _, _, n in ranks])
+    (zl, zw, zn), (pl, pw, pn) = runs["1"], runs["0"]
+    assert len(zl) == 4 and zl[-1] < zl[0] and zl == pytest.approx(pl, rel=1e-5)
+    assert zw[0] == zw[1] == pytest.approx(pw[0], rel=1e-5)  # every replica gathered the same update
+    assert pn == [1190, 1190]  # AdamW's two moments of the 595 parameters
+    assert zn == [646, 646]  # each rank's half, dim 0 padded to a multiple of 2
+
+
 def test_neuron_parallel_compile_fills_the_cache_for_the_next_run(daemon, short_tmp: Path) -> None:
     cache = short_tmp / "cache"
     command = torchrun("nxd_tp_mlp.py", "--steps", "3")

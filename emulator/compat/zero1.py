@@ -1,0 +1,167 @@
+"""``torch_xla.distributed.zero_redundancy_optimizer.ZeroRedundancyOptimizer``: ZeRO stage 1 over
+the data-parallel ranks, with real values and real collectives between the processes
+(docs/run-your-script.md §ZeRO-1).
+
+Each rank keeps a 1/N shard of every parameter (dim 0 padded to a multiple of N, the shard in the
+optimizer's dtype, FP32 by default) and the wrapped optimizer steps only those shards, so its
+state (AdamW's two moments) is 1/N per core. ``step()``: every gradient is reduce-scattered over
+the sharding group and averaged (scale 1/N), the shards' global gradient norm is all-reduced and
+clipped to ``max_norm`` (default 1.0), the optimizer steps the shards, and the updated shards are
+all-gathered back into the full parameters in their own dtype. The collectives are the ones
+``xm.reduce_scatter`` / ``xm.all_reduce`` / ``xm.all_gather`` run (costed on the job's links).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from emulator.compat import world
+from emulator.compat import xla_model as xm
+from emulator.compat.gaps import NotEmulatedError
+
+_NAME = "torch_xla.distributed.zero_redundancy_optimizer.ZeroRedundancyOptimizer"
+
+
+class ZeroRedundancyOptimizer(torch.optim.Optimizer):
+    def __init__(
+        self,
+        params: Iterable[Any],
+        optimizer_class: type[torch.optim.Optimizer],
+        optimizer_dtype: torch.dtype | None = None,
+        grad_clipping: bool = True,
+        max_norm: float | None = None,
+        pin_layout: bool = True,
+        sharding_groups: list[list[int]] | None = None,
+        grad_norm_groups: list[list[int]] | None = None,
+        lazy_init: bool = False,
+        use_grad_acc_hook: bool = False,
+        save_master_weights: bool = False,
+        **defaults: Any,
+    ) -> None:
+        if use_grad_acc_hook:
+            raise NotEmulatedError(f"{_NAME}(use_grad_acc_hook=True)", "gradients accumulate in the parameters' .grad")
+        defaults = {k: v for k, v in defaults.items() if not k.startswith(("bucket_cap_mb", "higher_cc", "coalesce"))}
+        super().__init__(params, defaults)
+        self.optimizer_class = optimizer_class
+        self.optimizer_dtype = optimizer_dtype or torch.float32
+        self.grad_clipping = grad_clipping
+        self.max_norm = 1.0 if max_norm is None else float(max_norm)
+        self.save_master_weights = save_master_weights
+        self._sharding_groups = sharding_groups or [list(range(world.world_size()))]
+        self._grad_norm_groups = grad_norm_groups
+        self._grad_norm: torch.Tensor | None = None
+        self.base_optimizer: torch.optim.Optimizer | None = None
+        self.inited = False
+        if not lazy_init:
+            self.init_zero()
+
+    # -- sharding -------------------------------------------------------------------------------
+    @property
+    def sharding_groups(self) -> list[list[int]]:
+        return self._sharding_groups
+
+    @property
+    def grad_norm(self) -> torch.Tensor | None:
+        return self._grad_norm
+
+    def init_zero(self) -> None:
+        """Shard the parameters and build the wrapped optimizer over the shards."""
+        me = world.global_rank()
+        mine = [list(g) for g in self._sharding_groups if me in g]
+        if len(mine) != 1:
+            raise ValueError(f"rank {me} must be in exactly one of the sharding groups {self._sharding_groups}")
+        self.local_world_size, self.local_rank = len(mine[0]), mine[0].index(me)
+        groups = []
+        for group in self.param_groups:
+            shards = [nn.Parameter(self._shard(p.detach()), requires_grad=p.requires_grad) for p in group["params"]]
+            groups.append({**copy.copy(group), "params": shards})
+        self.base_optimizer = self.optimizer_class(groups, **self.defaults)
+        self._sync_param_groups()
+        self.inited = True
+
+    def _padded(self, t: torch.Tensor) -> torch.Tensor:
+        rest = t.size(0) % self.local_world_size
+        if not rest:
+            return t
+        return F.pad(t, [0, 0] * (t.dim() - 1) + [0, self.local_world_size - rest])
+
+    def _shard(self, t: torch.Tensor) -> torch.Tensor:
+        chunk = self._padded(t).chunk(self.local_world_size)[self.local_rank]
+        return chunk.to(self.optimizer_dtype).clone()
+
+    def _sync_param_groups(self) -> None:
+        """Learning rate and the other settings (a scheduler changes ours) onto the wrapped optimizer."""
+        assert self.base_optimizer is not None
+        for ours, theirs in zip(self.param_groups, self.base_optimizer.param_groups, strict=True):
+            theirs.update({k: v for k, v in ours.items() if k != "params"})
+
+    def _pairs(self) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+        assert self.base_optimizer is not None
+        for ours, theirs in zip(self.param_groups, self.base_optimizer.param_groups, strict=True):
+            yield from zip(ours["params"], theirs["params"], strict=True)
+
+    # -- the step ---------------------------------------------------------------------------------
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+        if not self.inited:
+            raise RuntimeError("ZeroRedundancyOptimizer: call init_zero() first (it was made with lazy_init=True)")
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._sync_param_groups()
+        n = self.local_world_size
+        for param, shard in self._pairs():
+            if param.grad is None:
+                shard.grad = None
+                continue
+            grad = xm.reduce_scatter(xm.REDUCE_SUM, self._padded(param.grad), 1.0 / n, 0, n, self._sharding_groups)
+            shard.grad = grad.to(self.optimizer_dtype)
+        if self.grad_clipping:
+            self._clip()
+        assert self.base_optimizer is not None
+        self.base_optimizer.step()  # kwargs: torch_xla's sharding_scheme and the like, one level here
+        for param, shard in self._pairs():
+            full = xm.all_gather(shard.detach().to(param.dtype), 0, self._sharding_groups)
+            param.copy_(full[: param.size(0)])
+        return loss
+
+    def _clip(self) -> None:
+        shards = [s.grad for _, s in self._pairs() if s.grad is not None]
+        device = shards[0].device if shards else None
+        total = torch.zeros((), dtype=self.optimizer_dtype, device=device)
+        for g in shards:
+            total += (g * g).sum()
+        xm.all_reduce(xm.REDUCE_SUM, [total], groups=self._sharding_groups)
+        if self._grad_norm_groups is not None:
+            xm.all_reduce(xm.REDUCE_SUM, [total], groups=self._grad_norm_groups)
+        self._grad_norm = total.sqrt()
+        coeff = torch.clamp(self.max_norm / (self._grad_norm + 1e-6), max=1.0)
+        for g in shards:
+            g.mul_(coeff)
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        assert self.base_optimizer is not None
+        state = {"base_state": self.base_optimizer.state_dict(), "param_groups": self.param_groups}
+        state["shape_info"] = [p.shape for group in self.param_groups for p in group["params"]]
+        if self.save_master_weights:
+            state["sharded_master_weights"] = [s.detach().clone() for _, s in self._pairs()]
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        assert self.base_optimizer is not None
+        self.base_optimizer.load_state_dict(state_dict["base_state"])
+        for ours, saved in zip(self.param_groups, state_dict["param_groups"], strict=True):
+            ours.update({k: v for k, v in saved.items() if k != "params"})
+        for (param, shard), master in zip(self._pairs(), state_dict.get("sharded_master_weights") or [], strict=False):
+            shard.data.copy_(master)
+            with torch.no_grad():
+                full = xm.all_gather(shard.detach().to(param.dtype), 0, self._sharding_groups)
+                param.copy_(full[: param.size(0)])

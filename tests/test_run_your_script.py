@@ -270,6 +270,13 @@ def test_a_name_not_emulated_says_so(daemon) -> None:
     assert done.returncode == 1 and "ModuleNotFoundError" in done.stderr  # a module that is not there at all
     done = exec_run(daemon, ["python", "-c", "import neuronx_distributed as nxd\nnxd.neuronx_distributed_config"])
     assert "neuronx_distributed.neuronx_distributed_config is not emulated" in done.stderr
+    code = (
+        "import torch_xla.amp.syncfree as sf\nfrom torch_xla.amp.syncfree.adamw import AdamW\n"
+        "assert sf.AdamW is AdamW and sf.adam.Adam is sf.Adam and sf.sgd.SGD is sf.SGD\n"
+        "import torch_xla\ntorch_xla.amp.autocast"
+    )
+    done = exec_run(daemon, ["python", "-c", code])  # the sync-free optimizers are there, autocast is not
+    assert done.returncode == 1 and "torch_xla.amp.autocast is not emulated" in done.stderr, done.stderr[-2000:]
 
 
 def test_shims_are_on_no_path_outside_exec() -> None:
@@ -324,6 +331,32 @@ def test_gaps_raise_named_errors_but_private_names_stay_attribute_errors() -> No
         missing("__path__")
     with pytest.raises(NotEmulatedError, match=r"torch_neuronx\.trace is not emulated by neuron-emulator: inference"):
         refuse("torch_neuronx.trace", "inference")()
+
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW", "SGD"])
+def test_syncfree_optimizers_step_as_pytorchs_unless_an_overflow_was_found(name: str) -> None:
+    import torch
+
+    from emulator.compat import syncfree
+
+    torch.manual_seed(0)
+    ours, ref = torch.nn.Linear(8, 4), torch.nn.Linear(8, 4)
+    ref.load_state_dict(ours.state_dict())
+    mine = getattr(syncfree, name)(ours.parameters(), lr=1e-2)
+    theirs = getattr(torch.optim, name)(ref.parameters(), lr=1e-2)
+    x = torch.randn(16, 8)
+    for found in (0.0, 0.0, 1.0, 0.0):
+        for model, opt in ((ours, mine), (ref, theirs)):
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+        before = [p.detach().clone() for p in ours.parameters()]
+        mine.step(found_inf=torch.tensor(found))
+        if found:  # skipped: the parameters stay, and so does the reference
+            assert all(torch.equal(a, b) for a, b in zip(before, ours.parameters(), strict=True))
+            continue
+        theirs.step()
+        for a, b in zip(ours.parameters(), ref.parameters(), strict=True):
+            assert torch.equal(a, b)
 
 
 def test_adamw_fp32_optim_params_is_adamw_with_fp32_state() -> None:

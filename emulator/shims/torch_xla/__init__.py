@@ -11,4 +11,4 @@ _register_xla_backend()  # as torch_xla 2.5+ does on import: init_process_group(
 __all__ = ["__version__", "device", "devices", "launch", "sync"]
 
 
-__getattr__ = _package_getattr(__name__, ("core", "runtime", "distributed", "utils", "debug"))
+__getattr__ = _package_getattr(__name__, ("core", "runtime", "distributed", "utils", "debug", "amp"))

@@ -279,6 +279,32 @@ def test_a_name_not_emulated_says_so(daemon) -> None:
     assert done.returncode == 1 and "torch_xla.amp.autocast is not emulated" in done.stderr, done.stderr[-2000:]
 
 
+def test_the_helpers_the_bert_sample_imports_work(daemon) -> None:
+    code = """
+import torch, torch_xla
+import torch_xla.core.xla_model as xm
+import torch_xla.utils.utils as xu
+import torch_xla.test.test_utils as test_utils
+device = xm.xla_device()
+w = torch.ones(4, device=device)
+
+@torch_xla.compile
+def train_step(x):
+    return (w * x).sum()
+
+loader = xu.SampleGenerator(torch.full((4,), 2.0), 3)
+total = sum(train_step(batch.to(device)).item() for batch in loader)
+assert len(loader) == 3 and total == 24.0 and xu.as_list(5) == [5]
+assert xu.getenv_as("NOT_SET_ANYWHERE", int, 7) == 7
+test_utils.print_training_update(device, 3, torch.tensor(0.5), 10.0, 9.0, epoch=1)
+assert test_utils.get_summary_writer(None) is None
+test_utils.write_to_summary(None, 3, {"loss": 0.5})
+"""
+    done = exec_run(daemon, ["python", "-c", code])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(r"\| Training Device=\S+ Epoch=1 Step=3 Loss=0\.50000 Rate=10\.00 GlobalRate=9\.00", done.stdout)
+
+
 def test_shims_are_on_no_path_outside_exec() -> None:
     done = subprocess.run(
         [

@@ -1,0 +1,1 @@
+"""torch_xla.test as neuron-emulator provides it (docs/run-your-script.md)."""

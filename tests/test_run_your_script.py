@@ -299,6 +299,18 @@ assert xu.getenv_as("NOT_SET_ANYWHERE", int, 7) == 7
 test_utils.print_training_update(device, 3, torch.tensor(0.5), 10.0, 9.0, epoch=1)
 assert test_utils.get_summary_writer(None) is None
 test_utils.write_to_summary(None, 3, {"loss": 0.5})
+assert xm._maybe_convert_to_cpu({"w": [w]})["w"][0].device.type == "cpu"
+import libneuronxla
+asked = []
+libneuronxla.register_hlo_snapshot_callback(lambda name, index, count: asked.append(count) or "")
+xm.mark_step()
+assert asked, "the callback is asked after each step graph"
+libneuronxla.register_hlo_snapshot_callback(lambda name, index, count: "inputs outputs")
+try:
+    xm.mark_step()
+    raise SystemExit("a snapshot was asked for and nothing said it cannot be taken")
+except NotImplementedError as exc:
+    assert "libneuronxla HLO snapshots is not emulated" in str(exc), exc
 """
     done = exec_run(daemon, ["python", "-c", code])
     assert done.returncode == 0, done.stderr[-3000:]

@@ -21,7 +21,7 @@ from typing import IO, Any
 import torch
 
 from emulator import xla as _device
-from emulator.compat import collectives, world
+from emulator.compat import collectives, hlo_snapshot, world
 from emulator.compat.gaps import NotEmulatedError
 
 REDUCE_SUM = "sum"
@@ -117,6 +117,7 @@ def add_step_closure(closure: Callable[..., Any], args: tuple = (), run_async: b
 def mark_step(wait: bool = False, reset_scope: bool = True) -> None:
     """End the step: execute its graph on the NeuronCore, then run the step closures."""
     _device.mark_step()
+    hlo_snapshot.after_execution("step", world.local_rank())
     pending = _pending()
     while pending:
         closure, args = pending.pop(0)
@@ -238,6 +239,12 @@ def _to_cpu(data: Any) -> Any:
     from torch.utils._pytree import tree_map
 
     return tree_map(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x, data)
+
+
+def _maybe_convert_to_cpu(data: Any, convert: bool = True) -> Any:
+    """torch_xla's helper (the BERT sample saves its checkpoint with it): every device tensor in
+    nested ``data`` copied to the host."""
+    return _to_cpu(data) if convert else data
 
 
 def _move(data: Any, device: torch.device | str) -> Any:

@@ -64,6 +64,8 @@ _NXD_PRECISION = (
     "use_fp32_grad_acc=True, stochastic rounding off"
 )
 _NXDT = "aws-neuron/neuronx-distributed-training@9169aa0 examples/conf"
+# what makes the Llama 2 recipes' recompute_mlp "activation" (the example's model code)
+_NXD_MLP = "modeling_llama_nxd.py's selective_checkpoint_enabled also checkpoints the MLP activation (activation_mlp)"
 
 RECIPES: dict[str, Recipe] = {
     "bert-large": Recipe(
@@ -177,7 +179,7 @@ RECIPES: dict[str, Recipe] = {
             "4096, --selective_checkpoint_enabled, --sequence_parallel_enabled, USE_ZERO_1=1, USE_MIX_PRECISION=1) "
             "and tp_zero1_llama_hf_pretrain.py (--use_flash_attention 1 by default; "
             f"{_NXD_PRECISION}); 16 nodes as the published row; "
-            "modeling_llama_nxd.py's selective_checkpoint_enabled also checkpoints the MLP activation (activation_mlp)"
+            f"{_NXD_MLP}"
         ),
         recompute_mlp="activation",
     ),
@@ -199,7 +201,7 @@ RECIPES: dict[str, Recipe] = {
             f"{_NXD}/tp_pp_llama_hf_pretrain/run_llama2_13B_tp_pp.sh (TP 8, PP 4, GBS 1024, SEQ_LEN 4096, "
             "--use_selective_checkpoint 1, --use_zero1_optimizer 1; 32 nodes: the SDK tutorial's sbatch) and "
             f"run_llama_nxd.py (sequence parallel by default, flash attention off by default; {_NXD_PRECISION}); "
-            "modeling_llama_nxd.py's selective_checkpoint_enabled also checkpoints the MLP activation (activation_mlp)"
+            f"{_NXD_MLP}"
         ),
         recompute_mlp="activation",
     ),
@@ -221,7 +223,7 @@ RECIPES: dict[str, Recipe] = {
             f"{_NXD}/tp_pp_llama_hf_pretrain/run_llama2_70B_tp_pp.sh (TP 32, kv_replicator 4, GBS 1024, SEQ_LEN "
             "4096, selective checkpointing, ZeRO-1; its PP is 8) and run_llama_nxd.py (sequence parallel on, flash "
             f"attention off by default; {_NXD_PRECISION}); 32 nodes with PP 4 as the published row; "
-            "modeling_llama_nxd.py's selective_checkpoint_enabled also checkpoints the MLP activation (activation_mlp)"
+            f"{_NXD_MLP}"
         ),
         recompute_mlp="activation",
     ),

@@ -28,6 +28,7 @@ from types import MappingProxyType
 from emulator.capture.ops import OpRecord
 from emulator.costmodel.dtypes import CostOptions
 from emulator.costmodel.engines import BUSY_ENGINES, Engine
+from emulator.costmodel.fusion import NOT_FUSED, fused_inputs
 from emulator.costmodel.ops import DEFAULT_OPTIONS, OpCost, hbm_stream_bandwidth
 from emulator.costmodel.parts import cost_op_parts
 from emulator.costmodel.sdk import era_of
@@ -51,6 +52,11 @@ class GraphCost:
     ops: tuple[OpCost, ...]  # the ops' parts (emulator/costmodel/parts.py), in order
     efficiency: float = 1.0  # every op time above is the per-op model's / this
     owners: tuple[int, ...] = ()  # each part's captured op (empty: one part per op)
+    fused: tuple[int, ...] = ()  # each captured op's input taken on chip (fusion.py; empty: none)
+
+    def on_chip(self, op: int) -> int:
+        """Input of captured op ``op`` read on chip from the op before it, or -1 (``fusion.py``)."""
+        return self.fused[op] if self.fused else NOT_FUSED
 
     def owner(self, part: int) -> int:
         return self.owners[part] if self.owners else part
@@ -115,7 +121,8 @@ def cost_graph(
         efficiency = era_of(options.sdk).efficiency
     if not 0 < efficiency <= 1.5:
         raise ValueError(f"efficiency {efficiency!r} must be in (0, 1.5]")
-    parts = [cost_op_parts(op, options, core) for op in ops]
+    fused = fused_inputs(ops)
+    parts = [cost_op_parts(op, options, core, on_chip) for op, on_chip in zip(ops, fused, strict=True)]
     costs = tuple(c for op_parts in parts for c in op_parts)
     owners = tuple(i for i, op_parts in enumerate(parts) for _ in op_parts)
     busy = {e.value: 0.0 for e in BUSY_ENGINES}
@@ -138,4 +145,5 @@ def cost_graph(
         ops=costs,
         efficiency=efficiency,
         owners=owners,
+        fused=fused,
     )

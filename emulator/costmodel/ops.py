@@ -322,9 +322,12 @@ def streamed_elements(op: OpRecord, cls: OpClass) -> int:
     return max(sum(t.numel for t in op.inputs), sum(t.numel for t in _written(op, cls)))
 
 
-def hbm_read_write(op: OpRecord, cls: OpClass, options: CostOptions = DEFAULT_OPTIONS) -> tuple[int, int]:
+def hbm_read_write(
+    op: OpRecord, cls: OpClass, options: CostOptions = DEFAULT_OPTIONS, on_chip: int = -1
+) -> tuple[int, int]:
     """HBM bytes an op reads and writes (auto-cast ``all`` shrinks FP32 tensors). A host transfer
-    writes HBM (to the device) or reads it (to the host); an on-device copy does both."""
+    writes HBM (to the device) or reads it (to the host); an on-device copy does both. Input
+    ``on_chip`` (``fusion.py``: the result of the op before it) is not read from HBM."""
     if cls.kind is OpKind.FREE:
         return 0, 0
     written = sum(device_nbytes(t, options) for t in _written(op, cls))
@@ -336,12 +339,12 @@ def hbm_read_write(op: OpRecord, cls: OpClass, options: CostOptions = DEFAULT_OP
     if cls.kind is OpKind.HOST_COPY:
         moved = _moved_bytes(op, cls, options)
         return (0, moved) if normalize_op_name(op.name).endswith("host_to_device") else (moved, 0)
-    return sum(device_nbytes(t, options) for t in op.inputs), written
+    return sum(device_nbytes(t, options) for i, t in enumerate(op.inputs) if i != on_chip), written
 
 
-def hbm_bytes(op: OpRecord, cls: OpClass, options: CostOptions = DEFAULT_OPTIONS) -> int:
+def hbm_bytes(op: OpRecord, cls: OpClass, options: CostOptions = DEFAULT_OPTIONS, on_chip: int = -1) -> int:
     """HBM bytes read + written by an op."""
-    read, write = hbm_read_write(op, cls, options)
+    read, write = hbm_read_write(op, cls, options, on_chip)
     return read + write
 
 
@@ -353,13 +356,16 @@ def _moved_bytes(op: OpRecord, cls: OpClass, options: CostOptions) -> int:
 # --- the op ---------------------------------------------------------------------------------------
 
 
-def cost_op(op: OpRecord, options: CostOptions = DEFAULT_OPTIONS, core: NeuronCoreV2Spec = NEURONCORE_V2) -> OpCost:
-    """Simulated time and traffic of one op (pure function of the record, options and core)."""
+def cost_op(
+    op: OpRecord, options: CostOptions = DEFAULT_OPTIONS, core: NeuronCoreV2Spec = NEURONCORE_V2, on_chip: int = -1
+) -> OpCost:
+    """Simulated time and traffic of one op (pure function of the record, options and core);
+    input ``on_chip`` is taken from the op before it without an HBM read (``fusion.py``)."""
     cls = classify(op)
     name = normalize_op_name(op.name)
     if cls.kind is OpKind.FREE:
         return OpCost(name, cls.engine, cls.kind, 0.0, 0.0, 0.0, 0.0, 0, 0, 0, cls.known)
-    traffic = hbm_bytes(op, cls, options)
+    traffic = hbm_bytes(op, cls, options, on_chip)
     memory = traffic / hbm_stream_bandwidth(core)
     flops = 0
     if cls.engine is Engine.TENSOR:

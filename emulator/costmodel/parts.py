@@ -14,9 +14,10 @@ from emulator.costmodel.ops import OpCost, attention_work, cost_op, fixed_overhe
 from emulator.hardware.neuroncore_v2 import NeuronCoreV2Spec
 
 
-def cost_op_parts(op: OpRecord, options: CostOptions, core: NeuronCoreV2Spec) -> tuple[OpCost, ...]:
-    """The op's cost on each engine it uses, the part holding its HBM traffic and FLOPs first."""
-    main = cost_op(op, options, core)
+def cost_op_parts(op: OpRecord, options: CostOptions, core: NeuronCoreV2Spec, on_chip: int = -1) -> tuple[OpCost, ...]:
+    """The op's cost on each engine it uses, the part holding its HBM traffic and FLOPs first
+    (input ``on_chip``: taken from the op before it, ``fusion.py``)."""
+    main = cost_op(op, options, core, on_chip)
     if classify(op).kind is not OpKind.ATTENTION:
         return (main,)
     work = attention_work(op, options, core)

@@ -24,9 +24,9 @@ class SdkEra:
 
 
 ERAS: tuple[SdkEra, ...] = (
-    SdkEra("2.3", 0.7301, ("BERT-Large Ph1 DP32 BF16+SR", "GPT3-6.7B TP8xDP4 BF16+SR")),
-    SdkEra("2.18", 0.9361, ("GPT3-46B 32 nodes TP8xPP8 BF16+SR", "Llama2-13B 32 nodes TP8xPP4 FP32 opt")),
-    SdkEra("2.21", 0.6805, ("Llama2-7B 16 nodes TP8 FP32 opt",)),
+    SdkEra("2.3", 0.6057, ("BERT-Large Ph1 DP32 BF16+SR", "GPT3-6.7B TP8xDP4 BF16+SR")),
+    SdkEra("2.18", 0.8547, ("GPT3-46B 32 nodes TP8xPP8 BF16+SR", "Llama2-13B 32 nodes TP8xPP4 FP32 opt")),
+    SdkEra("2.21", 0.6891, ("Llama2-7B 16 nodes TP8 FP32 opt",)),
 )
 NEWEST = ERAS[-1].release  # the default release
 

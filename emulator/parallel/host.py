@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Protocol
 
 # Fitted on the BERT-L Ph1 DP32 row (80 % NeuronCore utilisation); see fit_host_seconds_per_op.
-HOST_SECONDS_PER_DEVICE_OP = 10.63e-6
+HOST_SECONDS_PER_DEVICE_OP = 19.50e-6
 PUBLISHED_BERT_UTILIZATION = 0.80  # Neuron BERT tutorial, neuron-top during Ph1 DP32 (docs/parallel.md)
 
 

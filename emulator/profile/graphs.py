@@ -46,7 +46,7 @@ def graph_schedule(
             continue
         i = cost.owner(part)
         op = ops[i]
-        read, write = hbm_read_write(op, classify(op), options) if i not in counted else (0, 0)
+        read, write = hbm_read_write(op, classify(op), options, cost.on_chip(i)) if i not in counted else (0, 0)
         counted.add(i)
         total_read, total_write = total_read + read, total_write + write
         for key, value in (

@@ -72,7 +72,7 @@ RECIPES: dict[str, Recipe] = {
         nodes=1,
         tp=1,
         pp=1,
-        micro_batch=8,
+        micro_batch=16,
         global_batch=16384,
         seq_len=128,
         recompute="none",
@@ -86,7 +86,9 @@ RECIPES: dict[str, Recipe] = {
             "aws-neuron/aws-neuron-samples@2015d65 torch-neuronx/training/dp_bert_hf_pretrain/"
             "run_dp_bert_large_hf_pretrain_bf16_s128.sh: 32 workers on one trn1.32xlarge, sequence 128, global "
             "batch 16384, BF16 model with FP32 optimizer parameters (AdamW_FP32OptimParams) and stochastic "
-            "rounding; micro-batch 8 as the SDK 2.3 row was published (the script today: 16 with accumulation 32)"
+            "rounding; micro-batch 16 with accumulation 32, as the SDK 2.3 tutorial (aws-neuron-sdk@7060a1c6 "
+            "frameworks/torch/torch-neuronx/tutorials/training/bert.rst) ran it with XLA_USE_BF16=1 (its FP32 "
+            "runs: micro-batch 8, 'optimal ... 8 for FP32 and 16 for full BF16')"
         ),
     ),
     "gpt3-6.7b": Recipe(

@@ -266,10 +266,10 @@ def test_a_name_not_emulated_says_so(daemon) -> None:
         "NotEmulatedError: torch_xla.core.xla_model.collective_permute is not emulated by neuron-emulator"
         in done.stderr
     )
-    done = exec_run(daemon, ["python", "-c", "from neuronx_distributed.trainer import initialize_parallel_model"])
+    done = exec_run(daemon, ["python", "-c", "from neuronx_distributed.pipeline import NxDPPModel"])
     assert done.returncode == 1 and "ModuleNotFoundError" in done.stderr  # a module that is not there at all
-    done = exec_run(daemon, ["python", "-c", "import neuronx_distributed as nxd\nnxd.neuronx_distributed_config"])
-    assert "neuronx_distributed.neuronx_distributed_config is not emulated" in done.stderr
+    done = exec_run(daemon, ["python", "-c", "import neuronx_distributed as nxd\nnxd.NxDPPModel"])
+    assert "neuronx_distributed.NxDPPModel is not emulated" in done.stderr
     code = (
         "import torch_xla.amp.syncfree as sf\nfrom torch_xla.amp.syncfree.adamw import AdamW\n"
         "assert sf.AdamW is AdamW and sf.adam.Adam is sf.Adam and sf.sgd.SGD is sf.SGD\n"

@@ -18,7 +18,9 @@ def _first_use() -> None:
 
 def install() -> None:
     from emulator.capture import native
+    from emulator.compat.device_module import register
 
+    register()  # torch.xla: the device's random-number state, for activation checkpointing
     module = native.backend()
     if module is not None:  # None: said on stderr; xla_device() then raises a clear error
         module.set_first_use(_first_use)

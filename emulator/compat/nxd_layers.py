@@ -75,6 +75,23 @@ class CpuMasterInit:
         return self._parameter(bias)
 
 
+class _CpuReinit:
+    """``init_weight_cpu()``: the weight initialised again as at construction (NxD's examples call
+    it from a ``param_init_fn`` after building the model on the meta device)."""
+
+    weight: nn.Parameter
+    _cpu_init: CpuMasterInit
+    _master: tuple[tuple[int, int], int]  # the full weight's shape, the dimension split over TP
+
+    def _remember(self, init: CpuMasterInit, full_shape: tuple[int, int], partition_dim: int) -> None:
+        self._cpu_init, self._master = init, (full_shape, partition_dim)
+
+    def init_weight_cpu(self) -> None:
+        fresh = self._cpu_init.weight(*self._master)
+        with torch.no_grad():
+            self.weight.copy_(fresh.to(self.weight.device, self.weight.dtype))
+
+
 def _default_linear_init(weight: torch.Tensor) -> None:
     nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
 
@@ -85,7 +102,7 @@ def _require_model_parallel(layer: str) -> None:
 
 
 # -- layers: neuronx-distributed's arguments over emulator.parallel.layers ------------------------
-class ColumnParallelLinear(layers.ColumnParallelLinear):
+class ColumnParallelLinear(layers.ColumnParallelLinear, _CpuReinit):
     """``Y = X A^T + b``, ``A`` split by output features: weight ``[out/tp, in]``."""
 
     def __init__(
@@ -107,6 +124,7 @@ class ColumnParallelLinear(layers.ColumnParallelLinear):
     ) -> None:
         _require_model_parallel("ColumnParallelLinear")
         _refuse("ColumnParallelLinear", stride=stride, pad=pad, sequence_dimension=sequence_dimension, **options)
+        init = CpuMasterInit(init_method or _default_linear_init, dtype, device)
         super().__init__(
             input_size,
             output_size,
@@ -114,11 +132,12 @@ class ColumnParallelLinear(layers.ColumnParallelLinear):
             gather_output,
             sequence_parallel_enabled=sequence_parallel_enabled,
             skip_bias_add=skip_bias_add,
-            init=CpuMasterInit(init_method or _default_linear_init, dtype, device),
+            init=init,
         )
+        self._remember(init, (output_size, input_size), 0)
 
 
-class RowParallelLinear(layers.RowParallelLinear):
+class RowParallelLinear(layers.RowParallelLinear, _CpuReinit):
     """``Y = X A^T + b``, ``A`` split by input features: weight ``[out, in/tp]``, full bias added
     after the all-reduce (reduce-scatter along the sequence under sequence parallelism)."""
 
@@ -142,6 +161,7 @@ class RowParallelLinear(layers.RowParallelLinear):
     ) -> None:
         _require_model_parallel("RowParallelLinear")
         _refuse("RowParallelLinear", stride=stride, pad=pad, sequence_dimension=sequence_dimension, **options)
+        init = CpuMasterInit(init_method or _default_linear_init, dtype, device)
         super().__init__(
             input_size,
             output_size,
@@ -150,11 +170,12 @@ class RowParallelLinear(layers.RowParallelLinear):
             sequence_parallel_enabled=sequence_parallel_enabled,
             skip_bias_add=skip_bias_add,
             reduce_output=reduce_output,
-            init=CpuMasterInit(init_method or _default_linear_init, dtype, device),
+            init=init,
         )
+        self._remember(init, (output_size, input_size), 1)
 
 
-class ParallelEmbedding(layers.VocabParallelEmbedding):
+class ParallelEmbedding(layers.VocabParallelEmbedding, _CpuReinit):
     """Embedding split by vocabulary rows: weight ``[V/tp, D]``; partial lookups all-reduced
     (reduce-scattered along the sequence under sequence parallelism)."""
 
@@ -177,6 +198,7 @@ class ParallelEmbedding(layers.VocabParallelEmbedding):
     ) -> None:
         _require_model_parallel("ParallelEmbedding")
         _refuse("ParallelEmbedding", pad=pad, **options)
+        init = CpuMasterInit(init_method, dtype, device)
         for name, value in (
             ("max_norm", max_norm),
             ("scale_grad_by_freq", scale_grad_by_freq or None),
@@ -190,8 +212,9 @@ class ParallelEmbedding(layers.VocabParallelEmbedding):
             embedding_dim,
             padding_idx,
             sequence_parallel_enabled=sequence_parallel_enabled,
-            init=CpuMasterInit(init_method, dtype, device),
+            init=init,
         )
+        self._remember(init, (num_embeddings, embedding_dim), 0)
 
 
 def parallel_cross_entropy(

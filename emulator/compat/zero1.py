@@ -9,6 +9,11 @@ the sharding group and averaged (scale 1/N), the shards' global gradient norm is
 clipped to ``max_norm`` (default 1.0), the optimizer steps the shards, and the updated shards are
 all-gathered back into the full parameters in their own dtype. The collectives are the ones
 ``xm.reduce_scatter`` / ``xm.all_reduce`` / ``xm.all_gather`` run (costed on the job's links).
+
+``use_grad_acc_hook=True`` accumulates every backward's gradient into a ``main_grad`` buffer in
+the optimizer dtype (a post-accumulate-grad hook adds ``.grad`` to it and clears ``.grad``), so
+micro-batches accumulate in FP32 under BF16 weights — NxD's ``use_fp32_grad_acc``;
+``higher_cc_precision=True`` reduce-scatters in the optimizer dtype too (else in the parameter's).
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ from torch import nn
 
 from emulator.compat import world
 from emulator.compat import xla_model as xm
-from emulator.compat.gaps import NotEmulatedError
 
 _NAME = "torch_xla.distributed.zero_redundancy_optimizer.ZeroRedundancyOptimizer"
 
@@ -44,15 +48,17 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         save_master_weights: bool = False,
         **defaults: Any,
     ) -> None:
-        if use_grad_acc_hook:
-            raise NotEmulatedError(f"{_NAME}(use_grad_acc_hook=True)", "gradients accumulate in the parameters' .grad")
-        defaults = {k: v for k, v in defaults.items() if not k.startswith(("bucket_cap_mb", "higher_cc", "coalesce"))}
+        higher_cc_precision = bool(defaults.pop("higher_cc_precision", False))
+        defaults = {k: v for k, v in defaults.items() if not k.startswith(("bucket_cap_mb", "coalesce"))}
         super().__init__(params, defaults)
         self.optimizer_class = optimizer_class
         self.optimizer_dtype = optimizer_dtype or torch.float32
         self.grad_clipping = grad_clipping
         self.max_norm = 1.0 if max_norm is None else float(max_norm)
         self.save_master_weights = save_master_weights
+        self.use_grad_acc_hook = use_grad_acc_hook
+        self.higher_cc_precision = higher_cc_precision
+        self._hooks: list[Any] = []
         self._sharding_groups = sharding_groups or [list(range(world.world_size()))]
         self._grad_norm_groups = grad_norm_groups
         self._grad_norm: torch.Tensor | None = None
@@ -83,7 +89,38 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
             groups.append({**copy.copy(group), "params": shards})
         self.base_optimizer = self.optimizer_class(groups, **self.defaults)
         self._sync_param_groups()
+        if self.use_grad_acc_hook:
+            self._hook_grad_accumulation()
         self.inited = True
+
+    def _hook_grad_accumulation(self) -> None:
+        """After each backward, add the parameter's gradient to its ``main_grad`` (optimizer dtype)."""
+
+        def accumulate(param: torch.Tensor) -> None:
+            if param.grad is None:
+                return
+            main = getattr(param, "main_grad", None)
+            if main is None:
+                setattr(param, "main_grad", param.grad.detach().to(self.optimizer_dtype))  # noqa: B010
+            else:
+                main.add_(param.grad.detach().to(self.optimizer_dtype))
+            param.grad = None
+
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.requires_grad:
+                    self._hooks.append(p.register_post_accumulate_grad_hook(accumulate))
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        super().zero_grad(set_to_none=set_to_none)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if getattr(p, "main_grad", None) is not None:
+                    p.main_grad = None if set_to_none else p.main_grad.zero_()
+
+    @staticmethod
+    def _gradient(param: torch.Tensor) -> torch.Tensor | None:
+        return param.grad if param.grad is not None else getattr(param, "main_grad", None)
 
     def _padded(self, t: torch.Tensor) -> torch.Tensor:
         rest = t.size(0) % self.local_world_size
@@ -118,10 +155,12 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         self._sync_param_groups()
         n = self.local_world_size
         for param, shard in self._pairs():
-            if param.grad is None:
+            full = self._gradient(param)
+            if full is None:
                 shard.grad = None
                 continue
-            grad = xm.reduce_scatter(xm.REDUCE_SUM, self._padded(param.grad), 1.0 / n, 0, n, self._sharding_groups)
+            full = full.to(self.optimizer_dtype if self.higher_cc_precision else param.dtype)
+            grad = xm.reduce_scatter(xm.REDUCE_SUM, self._padded(full), 1.0 / n, 0, n, self._sharding_groups)
             shard.grad = grad.to(self.optimizer_dtype)
         if self.grad_clipping:
             self._clip()
@@ -132,12 +171,17 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
             param.copy_(full[: param.size(0)])
         return loss
 
+    def _norm_share(self, param: torch.Tensor) -> float:
+        """What one rank's squared shard of ``param`` counts in the global norm (1: all of it)."""
+        return 1.0
+
     def _clip(self) -> None:
-        shards = [s.grad for _, s in self._pairs() if s.grad is not None]
+        pairs = [(p, s.grad) for p, s in self._pairs() if s.grad is not None]
+        shards = [g for _, g in pairs]
         device = shards[0].device if shards else None
         total = torch.zeros((), dtype=self.optimizer_dtype, device=device)
-        for g in shards:
-            total += (g * g).sum()
+        for p, g in pairs:
+            total += (g * g).sum() * self._norm_share(p)
         xm.all_reduce(xm.REDUCE_SUM, [total], groups=self._sharding_groups)
         if self._grad_norm_groups is not None:
             xm.all_reduce(xm.REDUCE_SUM, [total], groups=self._grad_norm_groups)

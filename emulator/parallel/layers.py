@@ -313,10 +313,16 @@ def sequence_parallel_parameters(params: Iterable[torch.Tensor]) -> list[torch.T
     return [p for p in params if is_sequence_parallel(p)]
 
 
+def _accumulated_grad(param: torch.Tensor) -> torch.Tensor | None:
+    return param.grad if param.grad is not None else getattr(param, "main_grad", None)
+
+
 def allreduce_sequence_parallel_grads(params: Iterable[torch.Tensor]) -> None:
     """One coalesced all-reduce over ``tp`` of the gradients of
     :func:`sequence_parallel_parameters` (the bytes of all of them, as Megatron flattens them)."""
-    grads = [p.grad for p in sequence_parallel_parameters(params) if p.grad is not None]
+    # a parameter whose gradient accumulates in an FP32 ``main_grad`` (ZeRO-1's grad-accumulation
+    # hook) has that reduced instead, as NxD's allreduce_sequence_parallel_gradients does
+    grads = [g for p in sequence_parallel_parameters(params) if (g := _accumulated_grad(p)) is not None]
     if not grads or tp_size() == 1:
         return
     flat = torch.cat([g.reshape(-1) for g in grads])

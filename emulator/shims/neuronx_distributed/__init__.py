@@ -1,12 +1,34 @@
 """neuronx_distributed as neuron-emulator provides it: the parallel layers (tensor and data
-parallel); the trainer, pipeline, MoE, inference and Lightning parts are not emulated
-(docs/run-your-script.md)."""
+parallel), the trainer API (config, model and optimizer wrappers, ZeRO-1, checkpoints); the
+pipeline, MoE, inference and Lightning parts are not emulated (docs/run-your-script.md)."""
 
 from emulator.compat.gaps import package_getattr as _package_getattr
+from emulator.compat.nxd_trainer import (
+    initialize_parallel_model,
+    initialize_parallel_optimizer,
+    neuronx_distributed_config,
+)
+from emulator.compat.nxd_trainer_checkpoint import (
+    finalize_checkpoint,
+    has_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 
-from . import parallel_layers
+from . import optimizer, parallel_layers, trainer
 
-__all__ = ["parallel_layers"]
+__all__ = [
+    "finalize_checkpoint",
+    "has_checkpoint",
+    "initialize_parallel_model",
+    "initialize_parallel_optimizer",
+    "load_checkpoint",
+    "neuronx_distributed_config",
+    "optimizer",
+    "parallel_layers",
+    "save_checkpoint",
+    "trainer",
+]
 
 
-__getattr__ = _package_getattr(__name__, ("parallel_layers", "utils"))
+__getattr__ = _package_getattr(__name__, ("optimizer", "parallel_layers", "trainer", "utils"))

@@ -1,0 +1,88 @@
+"""neuronx-distributed's trainer API under ``neuron-emulator exec`` (docs/run-your-script.md §NxD
+trainer): config, model and optimizer wrappers, NeuronZero1Optimizer with FP32 gradient
+accumulation, activation checkpointing, trainer checkpoints."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from emulator.compat.gaps import NotEmulatedError
+from emulator.compat.nxd_trainer import neuronx_distributed_config
+from emulator.compat.nxd_trainer_checkpoint import _read, _write
+from tests.test_run_your_script import exec_run, losses, torchrun
+
+_RANK = re.compile(r"rank (\d) optimizer-state elements (\d+) grad-norm (\d+\.\d+)")
+
+
+def test_config_defaults_follow_zero1() -> None:
+    plain = neuronx_distributed_config(tensor_parallel_size=2)
+    assert plain["optimizer_config"] == {"zero_one_enabled": False, "grad_clipping": True, "max_grad_norm": 1.0}
+    assert plain["mixed_precision_config"]["use_master_weights"] is False
+    zero1 = neuronx_distributed_config(optimizer_config={"zero_one_enabled": True, "grad_clipping": False})
+    assert "max_grad_norm" not in zero1["optimizer_config"]
+    assert zero1["mixed_precision_config"] == {
+        "use_master_weights": True,
+        "use_fp32_grad_acc": True,
+        "use_master_weights_in_ckpt": False,
+    }
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [{"pipeline_parallel_size": 2}, {"context_parallel_size": 2}, {"expert_parallel_size": 2}, {"pad_model": True}],
+)
+def test_config_refuses_what_is_not_emulated(asked: dict) -> None:
+    with pytest.raises(NotEmulatedError, match="neuronx_distributed_config"):
+        neuronx_distributed_config(**asked)
+
+
+def test_config_meta_init_needs_an_init_function() -> None:
+    with pytest.raises(ValueError, match="param_init_fn"):
+        neuronx_distributed_config(model_init_config={"meta_device_init": True})
+
+
+@pytest.mark.parametrize("xser", [False, True])
+def test_checkpoint_files_round_trip(tmp_path: Path, xser: bool) -> None:
+    state = {"w": torch.arange(6.0).reshape(2, 3), "nested": {"step": 3, "m": [torch.ones(2)]}}
+    path = tmp_path / "model" / "dp_rank_00_tp_rank_00_pp_rank_00.pt"
+    _write(state, path, xser)
+    assert (path.with_name(path.name + ".tensors") / "tensor_1.pt").is_file() is xser
+    back = _read(path)
+    assert torch.equal(back["w"], state["w"]) and back["nested"]["step"] == 3
+    assert torch.equal(back["nested"]["m"][0], torch.ones(2))
+
+
+def _run(daemon, *args: str, nproc: int) -> tuple[list[float], list[tuple[int, int, float]], str]:
+    done = exec_run(daemon, torchrun("nxd_trainer_llama.py", "--dtype", "fp32", *args, nproc=nproc), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = sorted((int(r), int(n), float(g)) for r, n, g in _RANK.findall(done.stdout))
+    assert len(ranks) == nproc, done.stdout[-2000:]
+    return losses(done.stdout), ranks, done.stdout
+
+
+def test_tp2_sequence_parallel_zero1_trains_as_one_process(daemon_factory, short_tmp: Path) -> None:
+    """TP2 x DP2 with sequence parallelism, ZeRO-1 (FP32 master weights and FP32 gradient
+    accumulation over 2 micro-batches) and the attention core checkpointed trains exactly as one
+    process with plain AdamW and the same clipping; each rank holds a quarter of the optimizer
+    state; the trainer checkpoint (xser) is laid out as NxD's and loads back."""
+    daemon = daemon_factory("trn1.32xlarge")
+    one, (ref,), _ = _run(daemon, "--tensor_parallel_size", "1", "--zero1", "0", "--sequence_parallel", "0", nproc=1)
+    ckpt = short_tmp / "ckpt"
+    four, ranks, out = _run(daemon, "--tensor_parallel_size", "2", "--ckpt", str(ckpt), nproc=4)
+    assert len(one) == 6 and one[-1] < 0.8 * one[0]
+    assert four == pytest.approx(one, rel=1e-5)
+    assert [g for _, _, g in ranks] == pytest.approx([ref[2]] * 4, rel=1e-4)  # the same global norm
+    # a quarter of AdamW's moments per rank (TP halves every weight, ZeRO-1 the rest), plus padding
+    assert all(n == ranks[0][1] for _, n, _ in ranks) and ref[1] / 4 <= ranks[0][1] < ref[1] / 4 * 1.01
+    assert "checkpoint restored True has_checkpoint True" in out
+    tag = ckpt / "step_final"
+    assert {p.name for p in (tag / "model").glob("*.pt")} == {
+        "dp_rank_00_tp_rank_00_pp_rank_00.pt",
+        "dp_rank_00_tp_rank_01_pp_rank_00.pt",
+    }
+    assert len(list((tag / "optim").glob("dp_rank_0?_tp_rank_0?_pp_rank_00.pt"))) == 4  # every ZeRO-1 shard
+    assert (tag / "done").is_file() and (tag / "user_content.pt").is_file()

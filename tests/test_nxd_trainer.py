@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from emulator.compat.gaps import NotEmulatedError
+from emulator.compat.nxd_kernels import apply_rotary_pos_emb, nki_flash_attn_func
 from emulator.compat.nxd_trainer import neuronx_distributed_config
 from emulator.compat.nxd_trainer_checkpoint import _read, _write
 from tests.test_run_your_script import exec_run, losses, torchrun
@@ -56,6 +57,37 @@ def test_checkpoint_files_round_trip(tmp_path: Path, xser: bool) -> None:
     assert torch.equal(back["nested"]["m"][0], torch.ones(2))
 
 
+def _plain_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    causal = torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)
+    return torch.softmax(scores.masked_fill(causal, float("-inf")), dim=-1) @ v
+
+
+def test_flash_kernel_is_causal_attention_in_both_layouts() -> None:
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 2048, 16, generator=gen) for _ in range(3))
+    expected = _plain_attention(q, k, v)
+    plain = nki_flash_attn_func(q, k, v, transpose_nki_inputs=False)
+    transposed = nki_flash_attn_func(*(t.transpose(-1, -2) for t in (q, k, v)))  # (b, h, d, s) in
+    assert plain.shape == transposed.shape == (1, 2, 2048, 16)  # (b, h, s, d) out
+    assert torch.allclose(plain, expected, atol=1e-5) and torch.allclose(transposed, expected, atol=1e-5)
+    with pytest.raises(NotImplementedError, match="multiples of 2K"):
+        nki_flash_attn_func(q[:, :, :1024], k[:, :, :1024], v[:, :, :1024], transpose_nki_inputs=False)
+
+
+def test_rotary_embedding_agrees_across_layouts() -> None:
+    gen = torch.Generator().manual_seed(4)
+    q, k = torch.randn(2, 3, 8, 4, generator=gen), torch.randn(2, 3, 8, 4, generator=gen)  # (b, h, s, d)
+    angle = torch.arange(8.0)[:, None] * torch.tensor([1.0, 0.1, 1.0, 0.1])
+    cos, sin = angle.cos().expand(2, 8, 4), angle.sin().expand(2, 8, 4)
+    q1, k1 = apply_rotary_pos_emb(q, k, cos, sin, None, False)
+    q2, k2 = apply_rotary_pos_emb(q.transpose(-1, -2), k.transpose(-1, -2), cos, sin, None, True, True)
+    assert torch.allclose(q2.transpose(-1, -2), q1) and torch.allclose(k2.transpose(-1, -2), k1)
+    # a rotation: each pair (x_i, x_{i+d/2}) keeps its length
+    pairs = lambda t: t[..., :2] ** 2 + t[..., 2:] ** 2  # noqa: E731
+    assert torch.allclose(pairs(q1), pairs(q), atol=1e-6)
+
+
 def _run(daemon, *args: str, nproc: int) -> tuple[list[float], list[tuple[int, int, float]], str]:
     done = exec_run(daemon, torchrun("nxd_trainer_llama.py", "--dtype", "fp32", *args, nproc=nproc), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -70,6 +102,7 @@ def test_tp2_sequence_parallel_zero1_trains_as_one_process(daemon_factory, short
     process with plain AdamW and the same clipping; each rank holds a quarter of the optimizer
     state; the trainer checkpoint (xser) is laid out as NxD's and loads back."""
     daemon = daemon_factory("trn1.32xlarge")
+    # both project Q, K, V with NxD's GQA QKV layer (the sample's default): TP1 holds all of it
     one, (ref,), _ = _run(daemon, "--tensor_parallel_size", "1", "--zero1", "0", "--sequence_parallel", "0", nproc=1)
     ckpt = short_tmp / "ckpt"
     four, ranks, out = _run(daemon, "--tensor_parallel_size", "2", "--ckpt", str(ckpt), nproc=4)

@@ -33,6 +33,11 @@ def param_is_not_tensor_parallel_duplicate(param: torch.Tensor) -> bool:
     return is_tensor_parallel(param) or tp.tp_rank() == 0
 
 
+def requires_init_pg_override() -> bool:
+    """NxD's: only torch 2.0 needs ``init_process_group('xla', init_method='pjrt://')``."""
+    return torch.__version__.startswith("2.0")
+
+
 def get_local_world_size() -> int:
     return world.local_world_size()
 
@@ -56,8 +61,10 @@ class CpuMasterInit:
     ``init_method`` (the same RNG on every rank) and each rank keeps its slice in ``dtype`` on
     ``device``; a bias is uniform in ``+-1/sqrt(fan_in)``."""
 
-    def __init__(self, init_method: Callable[[torch.Tensor], Any], dtype: torch.dtype, device: Any) -> None:
-        self.init_method, self.dtype, self.device = init_method, dtype, device
+    def __init__(
+        self, init_method: Callable[[torch.Tensor], Any], dtype: torch.dtype, device: Any, stride: int = 1
+    ) -> None:
+        self.init_method, self.dtype, self.device, self.stride = init_method, dtype, device, stride
 
     def _parameter(self, t: torch.Tensor) -> nn.Parameter:
         return nn.Parameter(t.to(self.device) if self.device is not None else t)
@@ -65,7 +72,10 @@ class CpuMasterInit:
     def weight(self, full_shape: tuple[int, int], partition_dim: int) -> nn.Parameter:
         master = torch.empty(full_shape, dtype=torch.float32)
         self.init_method(master)
-        shard = master.chunk(tp.tp_size(), dim=partition_dim)[tp.tp_rank()]
+        # with a stride (a fused weight, e.g. Q, K, V stacked), each of the ``stride`` blocks is
+        # split over the ranks and a rank keeps its slice of every block, in order
+        blocks = master.chunk(self.stride, dim=partition_dim)
+        shard = torch.cat([b.chunk(tp.tp_size(), dim=partition_dim)[tp.tp_rank()] for b in blocks], dim=partition_dim)
         return self._parameter(shard.to(self.dtype).contiguous())
 
     def bias(self, size: int, fan_in: int) -> nn.Parameter:
@@ -123,8 +133,10 @@ class ColumnParallelLinear(layers.ColumnParallelLinear, _CpuReinit):
         **options: Any,
     ) -> None:
         _require_model_parallel("ColumnParallelLinear")
-        _refuse("ColumnParallelLinear", stride=stride, pad=pad, sequence_dimension=sequence_dimension, **options)
-        init = CpuMasterInit(init_method or _default_linear_init, dtype, device)
+        _refuse("ColumnParallelLinear", pad=pad, sequence_dimension=sequence_dimension, **options)
+        if stride < 1 or output_size % (stride * tp.tp_size()):
+            raise ValueError(f"ColumnParallelLinear: output_size {output_size} is not split by stride {stride} x TP")
+        init = CpuMasterInit(init_method or _default_linear_init, dtype, device, stride)
         super().__init__(
             input_size,
             output_size,
@@ -211,10 +223,19 @@ class ParallelEmbedding(layers.VocabParallelEmbedding, _CpuReinit):
             num_embeddings,
             embedding_dim,
             padding_idx,
-            sequence_parallel_enabled=sequence_parallel_enabled,
+            sequence_parallel_enabled=False,
             init=init,
         )
         self._remember(init, (num_embeddings, embedding_dim), 0)
+        self.nxd_sequence_parallel = sequence_parallel_enabled
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """NxD's: ids ``[b, s]``; under sequence parallelism the lookup is transposed to ``[s, b, h]``
+        and reduce-scattered along the sequence (also at TP 1, where that is the transpose alone)."""
+        if not self.nxd_sequence_parallel:
+            return super().forward(ids)
+        partial = self.partial_lookup(ids).transpose(0, 1).contiguous()
+        return tp.reduce_scatter_to_sp_region(partial) if tp.tp_size() > 1 else partial
 
 
 def parallel_cross_entropy(

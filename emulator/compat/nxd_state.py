@@ -188,3 +188,16 @@ def rmsg(msg: str) -> str:
     """``msg`` prefixed with this rank's place in the job."""
     s = _state()
     return f"[rank_{world.global_rank()}_pp{s.pp_rank}_tp{s.tp_rank}_dp{s.dp_rank}] {msg}"
+
+
+# -- context parallelism: one context-parallel rank (a size above 1 is refused at initialisation)
+def get_context_model_parallel_size() -> int:
+    return 1
+
+
+def get_context_model_parallel_rank() -> int:
+    return 0
+
+
+def get_context_model_parallel_src_tgt_pairs() -> list:
+    raise NotEmulatedError("neuronx_distributed get_context_model_parallel_src_tgt_pairs", "context parallelism")

@@ -235,12 +235,18 @@ class VocabParallelEmbedding(nn.Module):
         local = self.padding_idx - self.start
         return local if 0 <= local < self.num_embeddings_per_partition else None
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+    def partial_lookup(self, ids: torch.Tensor) -> torch.Tensor:
+        """This rank's rows of the lookup, zero for ids another rank holds (the whole lookup at TP 1)."""
         if tp_size() == 1:
             return F.embedding(ids, self.weight, self.padding_idx)
         outside = (ids < self.start) | (ids >= self.start + self.num_embeddings_per_partition)
         local = (ids - self.start).masked_fill(outside, 0)
-        partial = F.embedding(local, self.weight, self._local_padding()).masked_fill(outside.unsqueeze(-1), 0.0)
+        return F.embedding(local, self.weight, self._local_padding()).masked_fill(outside.unsqueeze(-1), 0.0)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        partial = self.partial_lookup(ids)
+        if tp_size() == 1:
+            return partial
         if sequence_parallel(self.sequence_parallel_enabled):
             return reduce_scatter_to_sp_region(partial)
         return reduce_from_tp_region(partial)

@@ -17,6 +17,7 @@ import neuronx_distributed as nxd
 import torch
 import torch.distributed as dist
 import torch_xla.core.xla_model as xm
+from neuronx_distributed.modules.qkv_linear import GQAQKVColumnParallelLinear
 from neuronx_distributed.parallel_layers import mappings, parallel_state
 from neuronx_distributed.parallel_layers.layers import ColumnParallelLinear, ParallelEmbedding, RowParallelLinear
 from neuronx_distributed.parallel_layers.loss_functions import parallel_cross_entropy
@@ -30,6 +31,7 @@ parser.add_argument("--steps", type=int, default=6)
 parser.add_argument("--grad_accum_usteps", type=int, default=2)
 parser.add_argument("--global_batch", type=int, default=8)
 parser.add_argument("--ckpt", default="", help="save a trainer checkpoint here at the end and load it back")
+parser.add_argument("--qkv", default="gqa", choices=["gqa", "fused", "separate"], help="how Q, K, V are projected")
 args = parser.parse_args()
 
 VOCAB, HIDDEN, HEADS, FFN, LAYERS, SEQ = 128, 64, 4, 128, 2, 16
@@ -62,10 +64,16 @@ class DecoderLayer(torch.nn.Module):
         self.heads = HEADS // tp
         common = {"bias": False, "dtype": DTYPE, "sequence_parallel_enabled": SP}
         self.input_norm = RMSNorm(HIDDEN)
-        # one column-parallel layer each, as Hugging Face's Llama: every rank holds whole heads
-        self.q_proj, self.k_proj, self.v_proj = (
-            ColumnParallelLinear(HIDDEN, HIDDEN, gather_output=False, **common) for _ in range(3)
-        )
+        # Q, K, V as the NxD Llama projects them: NxD's GQA QKV layer, one fused layer split with
+        # stride 3 (each rank its heads of all three), or one layer each; every rank whole heads
+        if args.qkv == "gqa":
+            self.qkv = GQAQKVColumnParallelLinear(HIDDEN, [HIDDEN, HIDDEN], gather_output=False, **common)
+        elif args.qkv == "fused":
+            self.qkv = ColumnParallelLinear(HIDDEN, 3 * HIDDEN, gather_output=False, stride=3, **common)
+        else:
+            self.q_proj, self.k_proj, self.v_proj = (
+                ColumnParallelLinear(HIDDEN, HIDDEN, gather_output=False, **common) for _ in range(3)
+            )
         self.attn = CoreAttention()
         self.o_proj = RowParallelLinear(HIDDEN, HIDDEN, input_is_parallel=True, **common)
         self.post_norm = RMSNorm(HIDDEN)
@@ -75,7 +83,12 @@ class DecoderLayer(torch.nn.Module):
 
     def forward(self, x):  # [seq (a slice of it under SP), batch, hidden]
         h = self.input_norm(x)
-        q, k, v = self.q_proj(h), self.k_proj(h), self.v_proj(h)
+        if args.qkv == "gqa":
+            q, k, v = self.qkv(h)
+        elif args.qkv == "fused":
+            q, k, v = self.qkv(h).chunk(3, dim=-1)
+        else:
+            q, k, v = self.q_proj(h), self.k_proj(h), self.v_proj(h)
         seq, batch = q.shape[:2]
         q, k, v = (t.reshape(seq, batch, self.heads, -1).permute(1, 2, 0, 3) for t in (q, k, v))
         out = self.attn(q, k, v).permute(2, 0, 1, 3).reshape(seq, batch, -1)
@@ -108,6 +121,8 @@ def init_weights(module, device):
     """As the NxD Llama example's param_init_fn: norms to one, parallel layers re-initialised."""
     if isinstance(module, RMSNorm):
         module.weight.data.fill_(1.0)
+    elif isinstance(module, GQAQKVColumnParallelLinear):
+        module.initialize_weight_biases()
     elif isinstance(module, (ParallelEmbedding, ColumnParallelLinear, RowParallelLinear)):
         module.init_weight_cpu()
 

@@ -31,4 +31,6 @@ __all__ = [
 ]
 
 
-__getattr__ = _package_getattr(__name__, ("optimizer", "parallel_layers", "trainer", "utils"))
+__getattr__ = _package_getattr(
+    __name__, ("kernels", "modules", "optimizer", "overrides", "parallel_layers", "trainer", "utils")
+)

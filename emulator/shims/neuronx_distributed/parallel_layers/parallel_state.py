@@ -3,6 +3,9 @@
 from emulator.compat.gaps import not_emulated
 from emulator.compat.nxd_state import (
     destroy_model_parallel,
+    get_context_model_parallel_rank,
+    get_context_model_parallel_size,
+    get_context_model_parallel_src_tgt_pairs,
     get_data_parallel_group,
     get_data_parallel_rank,
     get_data_parallel_replica_groups,
@@ -26,6 +29,9 @@ from emulator.compat.nxd_state import (
 
 __all__ = [
     "destroy_model_parallel",
+    "get_context_model_parallel_rank",
+    "get_context_model_parallel_size",
+    "get_context_model_parallel_src_tgt_pairs",
     "get_data_parallel_group",
     "get_data_parallel_rank",
     "get_data_parallel_replica_groups",

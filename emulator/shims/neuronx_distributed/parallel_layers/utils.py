@@ -5,6 +5,7 @@ from emulator.compat.nxd_layers import (
     get_local_world_size,
     move_model_to_device,
     param_is_not_tensor_parallel_duplicate,
+    requires_init_pg_override,
 )
 from emulator.parallel.partition import (
     copy_tensor_model_parallel_attributes,
@@ -20,6 +21,7 @@ __all__ = [
     "get_local_world_size",
     "move_model_to_device",
     "param_is_not_tensor_parallel_duplicate",
+    "requires_init_pg_override",
     "set_defaults_if_not_set_tensor_model_parallel_attributes",
     "set_tensor_model_parallel_attributes",
     "split_tensor_along_last_dim",

@@ -23,14 +23,12 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils._pytree import tree_map
 
 from emulator.compat import nxd_state
 from emulator.compat import xla_model as xm
+from emulator.compat import xser as xser_format
 from emulator.compat.nxd_trainer import NxDOptimizer
 from emulator.compat.nxd_zero1 import NeuronZero1Optimizer
-
-_XSER_KEY = "_xser_tensor"
 
 
 def _file(kind: str, dp: bool) -> str:
@@ -40,38 +38,17 @@ def _file(kind: str, dp: bool) -> str:
 
 
 def _write(obj: Any, path: Path, xser: bool) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    host = xm._to_cpu(obj)
-    if not xser:
-        torch.save(host, path)
+    if xser:
+        xser_format.write(obj, path)
         return
-    tensors = path.with_name(path.name + ".tensors")
-    tensors.mkdir(exist_ok=True)
-    count = 0
-
-    def reference(value: Any) -> Any:
-        nonlocal count
-        if not isinstance(value, torch.Tensor):
-            return value
-        torch.save(value, tensors / f"tensor_{count}.pt")
-        count += 1
-        return {_XSER_KEY: count - 1}
-
-    torch.save(tree_map(reference, host), path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(xm._to_cpu(obj), path)
 
 
 def _read(path: Path) -> Any:
-    data = torch.load(path, map_location="cpu", weights_only=False)
-    tensors = path.with_name(path.name + ".tensors")
-    if not tensors.is_dir():
-        return data
-
-    def resolve(value: Any) -> Any:
-        if isinstance(value, dict) and set(value) == {_XSER_KEY}:
-            return torch.load(tensors / f"tensor_{value[_XSER_KEY]}.pt", map_location="cpu", weights_only=False)
-        return value
-
-    return tree_map(resolve, data, is_leaf=lambda v: isinstance(v, dict) and set(v) == {_XSER_KEY})
+    if path.with_name(path.name + ".tensors").is_dir():
+        return xser_format.load(path)
+    return torch.load(path, map_location="cpu", weights_only=False)
 
 
 def _completed_tags(root: Path) -> list[str]:

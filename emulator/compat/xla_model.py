@@ -152,6 +152,28 @@ def all_reduce(
     return inputs
 
 
+def collective_broadcast(
+    tensors: list[torch.Tensor], root_ordinal: int = 0, groups: Any = None, pin_layout: bool = True
+) -> None:
+    """Overwrite ``tensors`` in place with the root ordinal's values (a sum in which only the
+    root contributes, as torch_xla builds it)."""
+    if world.world_size() == 1:
+        return
+    keep = 1.0 if world.global_rank() == root_ordinal else 0.0
+    with torch.no_grad():
+        for t in tensors:
+            t.mul_(keep)
+        collectives.group_among(groups).all_reduce_(list(tensors), REDUCE_SUM, 1.0)
+
+
+def set_replication(device: torch.device | str, devices: Sequence[str]) -> None:
+    """torch_xla's replication set-up. Each process drives one device (``xla:0``) and its
+    collectives already span the job's processes, so there is nothing to set up; a device list
+    naming another device is refused as torch_xla would."""
+    if any(str(d) not in ("xla:0", "xla") for d in [device, *devices]):
+        raise ValueError(f"set_replication: each process drives one NeuronCore, xla:0 (got {device}, {list(devices)})")
+
+
 def all_gather(
     value: torch.Tensor, dim: int = 0, groups: Any = None, output: torch.Tensor | None = None, pin_layout: bool = True
 ) -> torch.Tensor:

@@ -1,0 +1,18 @@
+"""Hugging Face ``Trainer`` on ``xla`` under ``neuron-emulator exec`` (docs/run-your-script.md
+§Hugging Face Trainer): its torch_xla and accelerate code paths, data parallel over torchrun."""
+
+from __future__ import annotations
+
+import re
+
+from tests.test_run_your_script import exec_run, torchrun
+
+
+def test_trainer_trains_data_parallel_on_xla(daemon) -> None:
+    done = exec_run(daemon, torchrun("hf_trainer_xla.py", "--output_dir", "out", "--max_steps", "6"), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [float(x) for x in re.findall(r"step \d+ loss (\d+\.\d+)", done.stdout)]
+    assert len(steps) == 6 and steps[-1] < steps[0], done.stdout[-2000:]
+    ranks = re.findall(r"rank (\d) of (\d) on (\S+) weights (-?\d+\.\d+)", done.stdout)
+    assert sorted(r for r, *_ in ranks) == ["0", "1"] and {w for *_, w in ranks} == {ranks[0][3]}, ranks
+    assert {(n, dev) for _, n, dev, _ in ranks} == {("2", "xla:0")}  # each rank on its own NeuronCore

@@ -18,14 +18,16 @@ from pathlib import Path
 from types import ModuleType
 
 SOURCE = Path(__file__).with_name("xla_backend.cpp")
+# torch.autocast's policy for device xla (docs/run-your-script.md §Autocast)
+SOURCES = (SOURCE, Path(__file__).with_name("autocast_xla.cpp"))
 NAME = "neuron_xla_backend"
 
 
 def build_key() -> str:
-    """What the compiled library depends on: the source, PyTorch's and Python's versions."""
+    """What the compiled library depends on: the sources, PyTorch's and Python's versions."""
     import torch
 
-    digest = hashlib.sha256(SOURCE.read_bytes())
+    digest = hashlib.sha256(b"".join(source.read_bytes() for source in SOURCES))
     digest.update(torch.__version__.encode())
     digest.update(sys.version.encode())
     return digest.hexdigest()[:16]
@@ -65,7 +67,7 @@ def load(*, verbose: bool = False) -> ModuleType:
     del torch
     return cpp_load(
         name=NAME,
-        sources=[str(SOURCE)],
+        sources=[str(source) for source in SOURCES],
         build_directory=str(directory),
         extra_cflags=["-O2"],
         verbose=verbose,

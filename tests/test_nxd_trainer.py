@@ -14,7 +14,8 @@ from emulator.compat.gaps import NotEmulatedError
 from emulator.compat.nxd_kernels import apply_rotary_pos_emb, nki_flash_attn_func
 from emulator.compat.nxd_trainer import neuronx_distributed_config
 from emulator.compat.nxd_trainer_checkpoint import _read, _write
-from tests.test_run_your_script import exec_run, losses, torchrun
+from tests.support import reap, wait_until
+from tests.test_run_your_script import exec_run, exec_start, losses, monitor_report, torchrun
 
 _RANK = re.compile(r"rank (\d) optimizer-state elements (\d+) grad-norm (\d+\.\d+)")
 
@@ -96,6 +97,41 @@ def _run(daemon, *args: str, nproc: int) -> tuple[list[float], list[tuple[int, i
     return losses(done.stdout), ranks, done.stdout
 
 
+def _tensors_by_core(report: dict) -> dict[str, int]:
+    found = {}
+    for runtime in report.get("neuron_runtime_data", []):
+        usage = runtime["report"].get("memory_used", {}).get("neuron_runtime_used_bytes", {})
+        for core, kinds in usage.get("usage_breakdown", {}).get("neuroncore_memory_usage", {}).items():
+            found[core] = kinds["tensors"]
+    return found
+
+
+def _held_run(daemon, tmp: Path, *args: str) -> tuple[list[float], list[tuple[int, int, float]], str]:
+    """The 4-process run, held attached after training while neuron-monitor reads every core's
+    device memory: each core's tensors hold its ZeRO-1 share of the optimizer state — at least
+    the moments and master shards the rank reports, less than a whole TP shard's two moments."""
+    out, cue = tmp / "out.txt", tmp / "seen"
+    proc = exec_start(
+        daemon, torchrun("nxd_trainer_llama.py", "--dtype", "fp32", "--stay_until", str(cue), *args, nproc=4), out
+    )
+    try:
+        held = re.compile(r"rank (\d) optimizer bytes (\d+) model elements (\d+)")
+        assert wait_until(lambda: len(held.findall(out.read_text())) == 4 or proc.poll() is not None, 240, 0.5)
+        shares = {int(r): (int(b), int(n)) for r, b, n in held.findall(out.read_text())}
+        report = monitor_report(daemon, lambda r: len(_tensors_by_core(r)) == 4)
+        assert report is not None
+        for core, tensors in _tensors_by_core(report).items():
+            state_bytes, elements = shares[int(core)]  # rank r runs on NeuronCore r
+            assert state_bytes <= tensors < 2 * elements * 4, (core, tensors, state_bytes, elements)
+        cue.touch()
+        assert proc.wait(timeout=120) == 0, out.read_text()[-3000:]
+    finally:
+        reap(proc)
+    text = out.read_text()
+    ranks = sorted((int(r), int(n), float(g)) for r, n, g in _RANK.findall(text))
+    return losses(text), ranks, text
+
+
 def test_tp2_sequence_parallel_zero1_trains_as_one_process(daemon_factory, short_tmp: Path) -> None:
     """TP2 x DP2 with sequence parallelism, ZeRO-1 (FP32 master weights and FP32 gradient
     accumulation over 2 micro-batches) and the attention core checkpointed trains exactly as one
@@ -105,7 +141,7 @@ def test_tp2_sequence_parallel_zero1_trains_as_one_process(daemon_factory, short
     # both project Q, K, V with NxD's GQA QKV layer (the sample's default): TP1 holds all of it
     one, (ref,), _ = _run(daemon, "--tensor_parallel_size", "1", "--zero1", "0", "--sequence_parallel", "0", nproc=1)
     ckpt = short_tmp / "ckpt"
-    four, ranks, out = _run(daemon, "--tensor_parallel_size", "2", "--ckpt", str(ckpt), nproc=4)
+    four, ranks, out = _held_run(daemon, short_tmp, "--tensor_parallel_size", "2", "--ckpt", str(ckpt))
     assert len(one) == 6 and one[-1] < 0.8 * one[0]
     assert four == pytest.approx(one, rel=1e-5)
     assert [g for _, _, g in ranks] == pytest.approx([ref[2]] * 4, rel=1e-4)  # the same global norm

@@ -169,6 +169,7 @@ class ZeroRedundancyOptimizer(torch.optim.Optimizer):
         for param, shard in self._pairs():
             full = xm.all_gather(shard.detach().to(param.dtype), 0, self._sharding_groups)
             param.copy_(full[: param.size(0)])
+            shard.grad = None  # the reduce-scattered gradient has been used: free its device memory
         return loss
 
     def _norm_share(self, param: torch.Tensor) -> float:

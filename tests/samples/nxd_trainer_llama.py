@@ -12,6 +12,8 @@ Prints ``loss X`` per step and, per rank, ``rank R optimizer-state elements N gr
 
 import argparse
 import math
+import os
+import time
 
 import neuronx_distributed as nxd
 import torch
@@ -31,6 +33,7 @@ parser.add_argument("--steps", type=int, default=6)
 parser.add_argument("--grad_accum_usteps", type=int, default=2)
 parser.add_argument("--global_batch", type=int, default=8)
 parser.add_argument("--ckpt", default="", help="save a trainer checkpoint here at the end and load it back")
+parser.add_argument("--stay_until", default="", help="stay attached after training until this file exists")
 parser.add_argument("--qkv", default="gqa", choices=["gqa", "fused", "separate"], help="how Q, K, V are projected")
 args = parser.parse_args()
 
@@ -173,6 +176,16 @@ if args.ckpt:
     xm.master_print(f"checkpoint restored {same} has_checkpoint {nxd.has_checkpoint(args.ckpt)}")
 
 inner = getattr(optimizer.optimizer, "base_optimizer", None) or optimizer.optimizer
-elements = sum(t.numel() for s in inner.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0)
+state = [t for s in inner.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0]
+elements = sum(t.numel() for t in state)
+# on the device: the moments, and with ZeRO-1 the FP32 master shards the moments belong to
+held = sum(t.nbytes for t in state) + (
+    sum(p.nbytes for g in inner.param_groups for p in g["params"]) if args.zero1 else 0
+)
+local = sum(p.numel() for p in model.parameters())  # this rank's TP shard of the model
 norm = float(optimizer.grad_norm) if optimizer.grad_norm is not None else float("nan")
 print(f"rank {dist.get_rank()} optimizer-state elements {elements} grad-norm {norm:.6f}", flush=True)
+print(f"rank {dist.get_rank()} optimizer bytes {held} model elements {local}", flush=True)
+while args.stay_until and not os.path.exists(args.stay_until):
+    time.sleep(0.1)
+xm.rendezvous("done")

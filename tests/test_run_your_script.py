@@ -436,3 +436,9 @@ def test_xla_process_group_reduces_each_tensor_of_a_coalesced_call_on_its_own() 
     group.allreduce_coalesced([a, b]).wait()
     group.broadcast([a, b]).wait()
     assert a.tolist() == [0.0, 1.0, 2.0] and b.flatten().tolist() == [0.0, 1.0]
+
+
+def test_pjrt_names_of_torch_xla_2_0(daemon) -> None:
+    done = exec_run(daemon, torchrun("pjrt_names.py"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(re.findall(r"rank (\d) of 2 pjrt True NEURON sum \[2\.0, 2\.0\]", done.stdout)) == ["0", "1"]

@@ -199,10 +199,12 @@ _registered = False
 
 
 def register() -> None:
-    """Make ``xla`` a torch.distributed backend and ``xla://`` an init method (once)."""
+    """Make ``xla`` a torch.distributed backend, ``xla://`` and ``pjrt://`` (torch_xla's PJRT
+    name for the same rendezvous, ``torch_xla.experimental.pjrt_backend``) init methods (once)."""
     global _registered
     if _registered:
         return
     dist.Backend.register_backend("xla", _create, extended_api=True, devices=["xla"])
     dist.register_rendezvous_handler("xla", _xla_rendezvous)
+    dist.register_rendezvous_handler("pjrt", _xla_rendezvous)
     _registered = True

@@ -11,4 +11,6 @@ _register_xla_backend()  # as torch_xla 2.5+ does on import: init_process_group(
 __all__ = ["__version__", "compile", "device", "devices", "launch", "sync"]
 
 
-__getattr__ = _package_getattr(__name__, ("core", "runtime", "distributed", "utils", "debug", "amp", "test"))
+__getattr__ = _package_getattr(
+    __name__, ("core", "runtime", "distributed", "utils", "debug", "amp", "test", "experimental")
+)

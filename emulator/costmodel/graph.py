@@ -55,7 +55,7 @@ class GraphCost:
     fused: tuple[int, ...] = ()  # each captured op's input taken on chip (fusion.py; empty: none)
 
     def on_chip(self, op: int) -> int:
-        """Input of captured op ``op`` read on chip from the op before it, or -1 (``fusion.py``)."""
+        """Input of captured op ``op`` read on chip from the op before it, or ``NOT_FUSED`` (``fusion.py``)."""
         return self.fused[op] if self.fused else NOT_FUSED
 
     def owner(self, part: int) -> int:

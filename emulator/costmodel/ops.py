@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from emulator.capture.ops import OpRecord, TensorMeta
 from emulator.costmodel.dtypes import CostOptions, device_nbytes, matmul_rate_dtype
 from emulator.costmodel.engines import Engine, OpClass, OpKind, classify, normalize_op_name
+from emulator.costmodel.fusion import NOT_FUSED
 from emulator.hardware.neuroncore_v2 import NEURONCORE_V2, TRAINIUM1, NeuronCoreV2Spec
 
 DEFAULT_OPTIONS = CostOptions()
@@ -323,7 +324,7 @@ def streamed_elements(op: OpRecord, cls: OpClass) -> int:
 
 
 def hbm_read_write(
-    op: OpRecord, cls: OpClass, options: CostOptions = DEFAULT_OPTIONS, on_chip: int = -1
+    op: OpRecord, cls: OpClass, options: CostOptions = DEFAULT_OPTIONS, on_chip: int = NOT_FUSED
 ) -> tuple[int, int]:
     """HBM bytes an op reads and writes (auto-cast ``all`` shrinks FP32 tensors). A host transfer
     writes HBM (to the device) or reads it (to the host); an on-device copy does both. Input
@@ -342,7 +343,7 @@ def hbm_read_write(
     return sum(device_nbytes(t, options) for i, t in enumerate(op.inputs) if i != on_chip), written
 
 
-def hbm_bytes(op: OpRecord, cls: OpClass, options: CostOptions = DEFAULT_OPTIONS, on_chip: int = -1) -> int:
+def hbm_bytes(op: OpRecord, cls: OpClass, options: CostOptions = DEFAULT_OPTIONS, on_chip: int = NOT_FUSED) -> int:
     """HBM bytes read + written by an op."""
     read, write = hbm_read_write(op, cls, options, on_chip)
     return read + write
@@ -357,7 +358,10 @@ def _moved_bytes(op: OpRecord, cls: OpClass, options: CostOptions) -> int:
 
 
 def cost_op(
-    op: OpRecord, options: CostOptions = DEFAULT_OPTIONS, core: NeuronCoreV2Spec = NEURONCORE_V2, on_chip: int = -1
+    op: OpRecord,
+    options: CostOptions = DEFAULT_OPTIONS,
+    core: NeuronCoreV2Spec = NEURONCORE_V2,
+    on_chip: int = NOT_FUSED,
 ) -> OpCost:
     """Simulated time and traffic of one op (pure function of the record, options and core);
     input ``on_chip`` is taken from the op before it without an HBM read (``fusion.py``)."""

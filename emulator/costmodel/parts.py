@@ -10,11 +10,14 @@ import math
 from emulator.capture.ops import OpRecord
 from emulator.costmodel.dtypes import CostOptions
 from emulator.costmodel.engines import Engine, OpKind, classify
+from emulator.costmodel.fusion import NOT_FUSED
 from emulator.costmodel.ops import OpCost, attention_work, cost_op, fixed_overhead_seconds, tile_elements
 from emulator.hardware.neuroncore_v2 import NeuronCoreV2Spec
 
 
-def cost_op_parts(op: OpRecord, options: CostOptions, core: NeuronCoreV2Spec, on_chip: int = -1) -> tuple[OpCost, ...]:
+def cost_op_parts(
+    op: OpRecord, options: CostOptions, core: NeuronCoreV2Spec, on_chip: int = NOT_FUSED
+) -> tuple[OpCost, ...]:
     """The op's cost on each engine it uses, the part holding its HBM traffic and FLOPs first
     (input ``on_chip``: taken from the op before it, ``fusion.py``)."""
     main = cost_op(op, options, core, on_chip)

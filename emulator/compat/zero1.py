@@ -29,9 +29,6 @@ from torch import nn
 from emulator.compat import world
 from emulator.compat import xla_model as xm
 
-_NAME = "torch_xla.distributed.zero_redundancy_optimizer.ZeroRedundancyOptimizer"
-
-
 class ZeroRedundancyOptimizer(torch.optim.Optimizer):
     def __init__(
         self,

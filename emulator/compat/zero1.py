@@ -29,6 +29,7 @@ from torch import nn
 from emulator.compat import world
 from emulator.compat import xla_model as xm
 
+
 class ZeroRedundancyOptimizer(torch.optim.Optimizer):
     def __init__(
         self,

@@ -18,7 +18,7 @@ def test_fsdp_trains_as_plain_data_parallelism_on_half_the_memory(daemon, short_
     plain data parallelism trained, under its own parameter names."""
     runs = {}
     for fsdp in ("1", "0"):
-        done = exec_run(daemon, torchrun("fsdp_mlp_torchrun.py", "--fsdp", fsdp, "--ckpt", str(short_tmp / "ckpt")))
+        done = exec_run(daemon, torchrun("xla_fsdp_mlp.py", "--fsdp", fsdp, "--ckpt", str(short_tmp / "ckpt")))
         assert done.returncode == 0, done.stderr[-3000:]
         held = sorted(re.findall(r"rank (\d) parameters (\d+) optimizer-state elements (\d+)", done.stdout))
         assert len(held) == 2, done.stdout[-2000:]

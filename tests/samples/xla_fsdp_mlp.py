@@ -2,7 +2,7 @@
 ``--fsdp 0``): the two must train the same; FSDP keeps 1/N of the parameters and optimizer state
 per rank, and its sharded checkpoints consolidate into the full model.
 
-torchrun --nproc_per_node=2 fsdp_mlp_torchrun.py --fsdp 1 --steps 4 --ckpt DIR
+torchrun --nproc_per_node=2 xla_fsdp_mlp.py --fsdp 1 --steps 4 --ckpt DIR
 """
 
 import argparse

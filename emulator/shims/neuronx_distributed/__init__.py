@@ -3,19 +3,17 @@ parallel), the trainer API (config, model and optimizer wrappers, ZeRO-1, checkp
 pipeline, MoE, inference and Lightning parts are not emulated (docs/run-your-script.md)."""
 
 from emulator.compat.gaps import package_getattr as _package_getattr
-from emulator.compat.nxd_trainer import (
-    initialize_parallel_model,
-    initialize_parallel_optimizer,
-    neuronx_distributed_config,
-)
-from emulator.compat.nxd_trainer_checkpoint import (
-    finalize_checkpoint,
-    has_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
-)
 
 from . import optimizer, parallel_layers, trainer
+from .trainer import (
+    finalize_checkpoint,
+    has_checkpoint,
+    initialize_parallel_model,
+    initialize_parallel_optimizer,
+    load_checkpoint,
+    neuronx_distributed_config,
+    save_checkpoint,
+)
 
 __all__ = [
     "finalize_checkpoint",

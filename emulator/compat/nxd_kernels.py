@@ -8,7 +8,8 @@ The NKI flash kernel takes Q, K, V as ``(batch, heads, head_dim, seq)`` when
 2,048, and returns ``(batch, heads, seq, head_dim)``. Here it is ATen's fused CPU flash-attention
 op on the same values — the op the cost model costs as the flash kernel (docs/cost-model.md
 §Flash attention) — with the kernel's softmax scale (``1/sqrt(head_dim)`` by default), causal
-mask and dropout.
+mask and dropout. ``mixed_precision`` changes nothing (ATen's kernel keeps its softmax statistics
+in FP32 for BF16 inputs anyway), nor does ``seed`` (dropout draws from PyTorch's generator).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 to the values in the code (docs/parallel.md §Host share and calibration): the host share on the
 BERT row, then each SDK era's compiler efficiency on that era's own rows.
 
-    .venv/bin/python benchmarks/calibrate.py      # about a minute
+    .venv/bin/python benchmarks/calibrate.py      # about three minutes
 """
 
 from __future__ import annotations

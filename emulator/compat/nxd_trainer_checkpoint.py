@@ -9,8 +9,9 @@ The layout is neuronx-distributed's, one directory per tag::
     <dir>/<tag>/scheduler.pt, user_content.pt            global rank 0
     <dir>/<tag>/done                                     written once every rank has saved
 
-``use_xser=True`` writes torch-xla's serialization instead: the ``.pt`` file holds the structure
-with each tensor replaced by a reference and the tensors are files of ``<file>.tensors/``. The
+``use_xser=True`` writes the way torch-xla's serialization does (``emulator/compat/xser.py``): the
+``.pt`` file holds the structure with each tensor replaced by a reference and the tensors are
+files of ``<file>.tensors/``. The
 newest tag is the one whose ``done`` is newest; ``num_kept_ckpts`` removes the older complete
 ones. ``async_save`` saves before returning (the files are the same; only when is different).
 """

@@ -5,7 +5,8 @@ checkpoints write with ``use_xser=True`` (docs/run-your-script.md §Supported na
 each tensor — moved to the host — as its own file ``<path>.tensors/tensor_<n>.pt``, so one large
 state never has to be serialised in one piece. ``load(path)`` puts the tensors back. ``save``
 writes on the master ordinal only unless ``master_only=False`` (each host's first process, or the
-job's first with ``global_master=True``), as torch-xla's does.
+job's first with ``global_master=True``), as torch-xla's does. The layout is torch-xla's; the
+references are this module's own (plain dicts), so files written by a real torch-xla are not read.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """``neuronx_distributed.modules.qkv_linear.GQAQKVColumnParallelLinear``: the query, key and
 value projections as one column-parallel layer (docs/run-your-script.md §NxD trainer).
 
-Each rank holds its heads' slices of the three weights — ``[q/tp; kv/tp; kv/tp]`` rows of the
-fused weight (``weight_qkv``) — each slice cut from a full FP32 weight initialised with the same
-RNG on every rank, as NxD's CPU initialisation does; ``forward`` returns ``(q, k, v)``, the
-sequence gathered first under sequence parallelism. Replicating key/value heads over ranks
-(``kv_size_multiplier > 1``) is not emulated; ``fuse_qkv`` changes only the parameter names
-NxD uses (here one fused weight either way).
+Each rank holds its heads' slices of the three weights — ``[q/tp; kv/tp; kv/tp]`` rows of one
+fused parameter ``weight`` — each slice cut from the full FP32 Q, K or V block initialised with
+the same RNG on every rank, as NxD's CPU initialisation does; ``forward`` returns ``(q, k, v)``,
+the sequence gathered first under sequence parallelism. Replicating key/value heads over ranks
+(``kv_size_multiplier > 1``) is not emulated; ``fuse_qkv`` is accepted and changes nothing here
+(NxD names the parameters ``weight_qkv`` or ``weight_q/k/v``; this layer's is ``weight`` either way,
+so a checkpoint written by real NxD does not load into it).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 
 from emulator.compat.gaps import NotEmulatedError
-from emulator.compat.nxd_layers import ColumnParallelLinear, CpuMasterInit, _default_linear_init
+from emulator.compat.nxd_layers import ColumnParallelLinear
 from emulator.parallel import mappings as tp
 from emulator.parallel.partition import divide
 
@@ -57,25 +58,25 @@ class GQAQKVColumnParallelLinear(ColumnParallelLinear):
             init_method=init_method,
             sequence_parallel_enabled=sequence_parallel_enabled,
         )
-        self._qkv_init = CpuMasterInit(init_method or _default_linear_init, dtype, device)
-        self.initialize_weight_biases()
+        self._zero_bias()
+
+    def _zero_bias(self) -> None:
+        if self.bias is not None:
+            with torch.no_grad():
+                self.bias.zero_()
+
+    def _blocks(self, output_size: int, stride: int) -> tuple[int, ...]:
+        """Q, K and V: three weights of their own sizes, each split over the ranks."""
+        return (self.q_size, self.kv_size, self.kv_size)
 
     def _shard_sizes(self) -> tuple[int, int]:
         size = tp.tp_size()
         return divide(self.q_size, size), divide(self.kv_size, size)
 
     def initialize_weight_biases(self) -> None:
-        """The fused shard, ``[Wq; Wk; Wv]`` rows of this rank, from three full weights."""
-        parts = [
-            self._qkv_init.weight((size, self.weight.shape[1]), 0) for size in (self.q_size, self.kv_size, self.kv_size)
-        ]
-        with torch.no_grad():
-            self.weight.copy_(torch.cat([p.detach() for p in parts]).to(self.weight.device, self.weight.dtype))
-            if self.bias is not None:
-                self.bias.zero_()
-
-    def init_weight_cpu(self) -> None:
-        self.initialize_weight_biases()
+        """The fused shard initialised again (``[Wq; Wk; Wv]`` rows of this rank), the bias zeroed."""
+        self.init_weight_cpu()
+        self._zero_bias()
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         out = super().forward(x)

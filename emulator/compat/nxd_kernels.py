@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from emulator.compat.gaps import NotEmulatedError
+from emulator.parallel.models.attention import rotate_half as _rotate_half
 
 _FLASH = "neuronx_distributed.kernels.flash_attn.nki_flash_attn_func"
 
@@ -55,11 +56,9 @@ def nki_ring_attn_func(*args: Any, **kwargs: Any) -> torch.Tensor:
 
 
 def rotate_half(x: torch.Tensor, flash_attn: bool = False, transpose: bool = False) -> torch.Tensor:
-    """Halves of the head dimension swapped, the second negated (the head dimension is -2 in the
-    flash kernel's transposed layout, else -1)."""
-    dim = -2 if flash_attn and transpose else -1
-    first, second = x.chunk(2, dim=dim)
-    return torch.cat((-second, first), dim=dim)
+    """NxD's signature over the model code's rotate-half: the head dimension is -2 in the flash
+    kernel's transposed layout, else -1."""
+    return _rotate_half(x, dim=-2 if flash_attn and transpose else -1)
 
 
 def apply_rotary_pos_emb(

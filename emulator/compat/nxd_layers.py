@@ -62,9 +62,15 @@ class CpuMasterInit:
     ``device``; a bias is uniform in ``+-1/sqrt(fan_in)``."""
 
     def __init__(
-        self, init_method: Callable[[torch.Tensor], Any], dtype: torch.dtype, device: Any, stride: int = 1
+        self,
+        init_method: Callable[[torch.Tensor], Any],
+        dtype: torch.dtype,
+        device: Any,
+        blocks: tuple[int, ...] | None = None,
     ) -> None:
-        self.init_method, self.dtype, self.device, self.stride = init_method, dtype, device, stride
+        # blocks: the sizes, along the split dimension, of the weights a fused weight stacks (Q, K,
+        # V); each is split over the ranks on its own. None: one weight.
+        self.init_method, self.dtype, self.device, self.blocks = init_method, dtype, device, blocks
 
     def _parameter(self, t: torch.Tensor) -> nn.Parameter:
         return nn.Parameter(t.to(self.device) if self.device is not None else t)
@@ -72,9 +78,8 @@ class CpuMasterInit:
     def weight(self, full_shape: tuple[int, int], partition_dim: int) -> nn.Parameter:
         master = torch.empty(full_shape, dtype=torch.float32)
         self.init_method(master)
-        # with a stride (a fused weight, e.g. Q, K, V stacked), each of the ``stride`` blocks is
-        # split over the ranks and a rank keeps its slice of every block, in order
-        blocks = master.chunk(self.stride, dim=partition_dim)
+        # a fused weight: each block split over the ranks, a rank keeping its slice of every block
+        blocks = master.split(list(self.blocks), dim=partition_dim) if self.blocks else (master,)
         shard = torch.cat([b.chunk(tp.tp_size(), dim=partition_dim)[tp.tp_rank()] for b in blocks], dim=partition_dim)
         return self._parameter(shard.to(self.dtype).contiguous())
 
@@ -136,7 +141,7 @@ class ColumnParallelLinear(layers.ColumnParallelLinear, _CpuReinit):
         _refuse("ColumnParallelLinear", pad=pad, sequence_dimension=sequence_dimension, **options)
         if stride < 1 or output_size % (stride * tp.tp_size()):
             raise ValueError(f"ColumnParallelLinear: output_size {output_size} is not split by stride {stride} x TP")
-        init = CpuMasterInit(init_method or _default_linear_init, dtype, device, stride)
+        init = CpuMasterInit(init_method or _default_linear_init, dtype, device, self._blocks(output_size, stride))
         super().__init__(
             input_size,
             output_size,
@@ -147,6 +152,10 @@ class ColumnParallelLinear(layers.ColumnParallelLinear, _CpuReinit):
             init=init,
         )
         self._remember(init, (output_size, input_size), 0)
+
+    def _blocks(self, output_size: int, stride: int) -> tuple[int, ...] | None:
+        """The fused weights' sizes: ``stride`` equal ones (NxD's strided split)."""
+        return (output_size // stride,) * stride if stride > 1 else None
 
 
 class RowParallelLinear(layers.RowParallelLinear, _CpuReinit):
@@ -323,13 +332,19 @@ def allreduce_sequence_parallel_gradients(optimizer: torch.optim.Optimizer) -> N
     layers.allreduce_sequence_parallel_grads(p for group in optimizer.param_groups for p in group["params"])
 
 
+def norm_share(param: torch.Tensor) -> float:
+    """What one rank's squared gradient of ``param`` counts in the model's global norm: all of a
+    tensor-parallel shard, 1/TP of a parameter every TP rank holds a copy of."""
+    return 1.0 if is_tensor_parallel(param) else 1.0 / tp.tp_size()
+
+
 def get_grad_norm(
     parameters: Iterable[torch.Tensor] | torch.Tensor, norm_type: float = 2, **options: Any
 ) -> torch.Tensor:
     """The gradient norm of the whole model: tensor-parallel shards count once each, replicated
     parameters once over the group (their share divided by the TP size), summed over TP."""
     params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
-    grads = [(p.grad, is_tensor_parallel(p)) for p in params if p.grad is not None]
+    grads = [(p.grad, norm_share(p)) for p in params if p.grad is not None]
     if not grads:
         return torch.zeros(())
     size = tp.tp_size()
@@ -337,9 +352,8 @@ def get_grad_norm(
         local = torch.stack([g.detach().abs().max().float() for g, _ in grads]).max()
         return _tp_all_reduce(local, "max") if size > 1 else local
     total = torch.zeros((), dtype=torch.float32, device=grads[0][0].device)
-    for g, sharded in grads:
-        part = g.detach().float().norm(norm_type) ** norm_type
-        total = total + (part if sharded else part / size)
+    for g, share in grads:
+        total = total + g.detach().float().norm(norm_type) ** norm_type * share
     if size > 1:
         total = _tp_all_reduce(total, "sum")
     return total ** (1.0 / norm_type)

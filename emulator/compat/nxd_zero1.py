@@ -17,8 +17,8 @@ import torch
 
 from emulator.compat import nxd_state
 from emulator.compat import xla_model as xm
+from emulator.compat.nxd_layers import norm_share
 from emulator.compat.zero1 import ZeroRedundancyOptimizer
-from emulator.parallel.partition import is_tensor_parallel
 
 
 class NeuronZero1Optimizer(ZeroRedundancyOptimizer):
@@ -30,8 +30,8 @@ class NeuronZero1Optimizer(ZeroRedundancyOptimizer):
         super().__init__(*args, **kwargs)
 
     def _norm_share(self, param: torch.Tensor) -> float:
-        tp = nxd_state.get_tensor_model_parallel_size()
-        return 1.0 if is_tensor_parallel(param) or self._grad_norm_groups is None else 1.0 / tp
+        # summed over the TP group too (grad_norm_groups): a TP-replicated parameter counts once
+        return 1.0 if self._grad_norm_groups is None else norm_share(param)
 
     def _path(self, output_dir: str) -> str:
         dp, tp = nxd_state.get_data_parallel_rank(), nxd_state.get_tensor_model_parallel_rank()

@@ -66,10 +66,15 @@ class RotaryEmbedding(nn.Module):
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
+def rotate_half(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """The two halves of the head dimension ``dim`` swapped, the second negated (rotate-half)."""
+    x1, x2 = x.chunk(2, dim=dim)
+    return torch.cat([-x2, x1], dim=dim)
+
+
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate ``x [s, b, heads, head_dim]`` by the position angles (rotate-half convention)."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+    return x * cos + rotate_half(x) * sin
 
 
 # --------------------------------------------------------------------------------------------
